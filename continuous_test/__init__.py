@@ -1,0 +1,51 @@
+"""continuous_test: unittest base classes for fast, reliable ``torch.distributed`` tests.
+
+Public names are imported lazily, so tools such as ``python -m continuous_test.lint``
+do not pay for importing torch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "TestCase",
+    "MultiProcContinuousTest",
+    "run_tests",
+    "timeout",
+    "ConfigError",
+    "RankDiedError",
+    "RankTimeoutError",
+    "RankStuckError",
+    "InconsistentSkipError",
+    "WorldStartError",
+    "update_process_group",
+]
+__version__ = "0.1.0"
+
+_WHERE = {
+    "TestCase": "continuous_test.case",
+    "MultiProcContinuousTest": "continuous_test.case",
+    "run_tests": "continuous_test.runner",
+    "timeout": "continuous_test.config",
+    "ConfigError": "continuous_test.config",
+    "RankDiedError": "continuous_test.outcome",
+    "RankTimeoutError": "continuous_test.outcome",
+    "RankStuckError": "continuous_test.outcome",
+    "InconsistentSkipError": "continuous_test.outcome",
+    "WorldStartError": "continuous_test.world",
+    "update_process_group": "continuous_test.ddp",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'continuous_test' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(list(globals()) + __all__)

@@ -1,0 +1,239 @@
+"""The TestCase classes users subclass.
+
+* :class:`TestCase`: an ``expecttest.TestCase`` whose ``assertEqual`` understands
+  tensors, arrays and nested state dicts; usable on its own, in one process.
+* :class:`MultiProcContinuousTest`: every test runs on every rank of one persistent
+  world per class.  Its ``run(result)`` picks a role:
+
+  - inside a rank of a dispatcher world: run the test for real (``unittest``'s own run);
+  - under torchrun or srun: run in place and exchange outcomes through the store
+    (:mod:`continuous_test.launched`);
+  - otherwise this process is the controller: dispatch to the class's world
+    (:mod:`continuous_test.world`) and replay the merged verdict into ``result``.
+
+The rank side imports this module, so the controller is only imported lazily, on
+the controller path.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import unittest
+from datetime import timedelta
+from typing import Any, Optional
+
+import expecttest
+import torch
+
+from continuous_test import compare, replay, worker
+from continuous_test.config import ConfigError
+from continuous_test.launch import detect
+
+__all__ = ["TestCase", "MultiProcContinuousTest", "BAD_WORLD_SIZE", "NOT_IMPORTABLE", "UNKNOWN_BACKEND"]
+
+# Hide this module's frames (assertEqual and friends) from unittest tracebacks.
+__unittest = True
+
+DEFAULT_CPU_WORLD_SIZE = 2
+BAD_WORLD_SIZE = (
+    "{cls}.world_size must be a positive int, got {value!r}; set it as a class "
+    "attribute (world_size = 2) or a property that returns an int"
+)
+NOT_IMPORTABLE = (
+    "{cls} cannot be imported by its rank processes ({why}); define the test class at "
+    "the top level of a module"
+)
+UNKNOWN_BACKEND = "{cls}.backend_str() returned unknown backend {name!r}; known backends: {known}"
+NO_DEVICES = "{cls} needs {needed} {device} device(s), found {found}"
+BACKEND_UNAVAILABLE = "{cls}: backend {name!r} is not available in this build of torch"
+
+
+class TestCase(expecttest.TestCase):
+    """``expecttest.TestCase`` with tensor-aware ``assertEqual``; usable on its own."""
+
+    def assertEqual(self, first: Any, second: Any, msg: Any = None, *, rtol: Optional[float] = None,
+                    atol: Optional[float] = None, equal_nan: bool = True, exact_dtype: bool = True,
+                    exact_device: bool = False) -> None:  # noqa: N802 - unittest's name
+        """Compare tensors, arrays, numbers and nested containers (tests call this)."""
+        try:
+            compare.assert_equal(first, second, rtol=rtol, atol=atol, equal_nan=equal_nan,
+                                 exact_dtype=exact_dtype, exact_device=exact_device,
+                                 fallback=self._plain_assert_equal)
+        except compare.Mismatch as exc:
+            raise self.failureException(self._formatMessage(msg, str(exc))) from None
+
+    def _plain_assert_equal(self, first: Any, second: Any) -> None:
+        super().assertEqual(first, second)
+
+    def assertNotEqual(self, first: Any, second: Any, msg: Any = None, **kwargs: Any) -> None:  # noqa: N802
+        """Fail if the two values are equal in the sense of :meth:`assertEqual`."""
+        try:
+            self.assertEqual(first, second, **kwargs)
+        except AssertionError:
+            return
+        raise self.failureException(self._formatMessage(msg, f"{first!r} == {second!r}"))
+
+    def assertExpectedInline(self, actual: str, expect: str, skip: int = 0) -> None:  # noqa: N802
+        """expecttest's check; in a world, only rank 0 rewrites the file when accepting."""
+        ctx = worker.current()
+        if ctx is not None and ctx.rank != 0 and os.environ.get("EXPECTTEST_ACCEPT"):
+            return
+        super().assertExpectedInline(actual, expect, skip=skip + 1)
+
+
+class MultiProcContinuousTest(TestCase):
+    """Run every test on every rank of one world that lives as long as the class."""
+
+    MAIN_PROCESS_RANK = -1
+    rank: int = MAIN_PROCESS_RANK
+    # An int, or a property returning one; None means "the device count for
+    # accelerator backends, else 2".
+    world_size: Optional[int] = None
+    # Process-group timeout, as in torch's class.
+    timeout: timedelta = timedelta(seconds=120)
+    # Per-test time limit in seconds (None: CONTINUOUS_TEST_TIMEOUT or the default).
+    test_timeout: Optional[float] = None
+    # Seconds to wait for the other ranks after one rank fails.
+    grace_period: Optional[float] = None
+    # Seconds to wait for a world to start.
+    start_timeout: Optional[float] = None
+
+    # -- torch-compatible configuration hooks --------------------------------------
+
+    @classmethod
+    def backend_str(cls) -> Optional[str]:
+        """Process-group backend; None lets torch pick per device."""
+        return None
+
+    @classmethod
+    def device_type(cls) -> str:
+        """The device each rank uses: the current accelerator's type, else ``cpu``."""
+        accel = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
+        return "cpu" if accel is None else accel.type
+
+    @classmethod
+    def opts(cls, high_priority_stream: bool = False) -> Any:
+        """Process-group options passed to ``init_process_group``; None by default."""
+        return None
+
+    @classmethod
+    def _init_pg(cls, rank: int, world_size: int, rdvz_file: str) -> None:
+        """Create the default process group on a FileStore; each rank calls this at start."""
+        import torch.distributed as dist
+
+        store = dist.FileStore(rdvz_file, world_size)
+        dist.init_process_group(backend=cls.backend_str(), world_size=world_size, rank=rank, store=store,
+                                pg_options=cls.opts(), timeout=cls.timeout)
+        cls.pg = dist.distributed_c10d._get_default_group()
+
+    # -- resolved configuration (controller side) ----------------------------------
+
+    @classmethod
+    def _resolve_device_type(cls) -> str:
+        attr = inspect.getattr_static(cls, "device_type")
+        if isinstance(attr, (classmethod, staticmethod)):
+            return cls.device_type()
+        if isinstance(attr, property):
+            return attr.fget(cls)
+        if callable(attr):
+            return attr()
+        return str(attr)
+
+    @classmethod
+    def _resolve_world_size(cls) -> int:
+        attr = inspect.getattr_static(cls, "world_size", None)
+        value = attr.fget(object.__new__(cls)) if isinstance(attr, property) else cls.world_size
+        if value is None or value == -2:  # -2 is torch's "unset"
+            return cls._default_world_size()
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(BAD_WORLD_SIZE.format(cls=cls.__qualname__, value=value))
+        return value
+
+    @classmethod
+    def _default_world_size(cls) -> int:
+        device = cls._resolve_device_type()
+        if device == "cpu":
+            return DEFAULT_CPU_WORLD_SIZE
+        count = torch.get_device_module(device).device_count()
+        if count == 0:
+            raise unittest.SkipTest(NO_DEVICES.format(cls=cls.__qualname__, needed="at least 1", device=device, found=0))
+        return count
+
+    @classmethod
+    def _check_backend(cls, world_size: int) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            raise unittest.SkipTest("torch.distributed is not available in this build of torch")
+        spec = cls.backend_str()
+        for name in _backend_names(spec):
+            known = [b for b in dist.Backend.backend_list if b != "undefined"]
+            if name not in known:
+                raise ConfigError(UNKNOWN_BACKEND.format(cls=cls.__qualname__, name=name, known=", ".join(known)))
+            if not dist.is_backend_available(name):
+                raise unittest.SkipTest(BACKEND_UNAVAILABLE.format(cls=cls.__qualname__, name=name))
+        device = cls._resolve_device_type()
+        if device != "cpu":
+            found = torch.get_device_module(device).device_count()
+            if found < world_size:
+                raise unittest.SkipTest(NO_DEVICES.format(cls=cls.__qualname__, needed=world_size, device=device, found=found))
+
+    @classmethod
+    def _check_importable(cls) -> None:
+        if "<locals>" in cls.__qualname__:
+            why = f"it is defined inside a function: {cls.__qualname__}"
+            raise ConfigError(NOT_IMPORTABLE.format(cls=cls.__qualname__, why=why))
+        module = sys.modules.get(cls.__module__)
+        if cls.__module__ == "__main__" and not getattr(module, "__file__", None):
+            raise ConfigError(NOT_IMPORTABLE.format(cls=cls.__qualname__, why="its module __main__ has no file"))
+
+    # -- per-instance view -----------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        """This rank's device: ``cuda:LOCAL_RANK`` for accelerators, else cpu."""
+        device = type(self)._resolve_device_type()
+        if device == "cpu":
+            return torch.device("cpu")
+        return torch.device(device, int(os.environ.get("LOCAL_RANK", "0")))
+
+    # -- running ---------------------------------------------------------------------
+
+    def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
+        """unittest's seam: run for real in a rank, in place under a launcher, else dispatch."""
+        if worker.current() is not None:
+            self.rank = worker.current().rank
+            return super().run(result)
+        launch = detect()
+        if launch.is_launcher:
+            from continuous_test import launched
+
+            return launched.run_in_place(self, result, launch)
+        return replay.run_with(self, result, self._dispatch)
+
+    def _dispatch(self) -> Any:
+        from continuous_test import config, world
+
+        cls = type(self)
+        started = world.start_world_for(cls)
+        method = getattr(self, self._testMethodName)
+        limit = config.test_time_limit(cls, method)
+        return started.run_test(self._testMethodName, replay.short_id(self), limit)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        """Stop this class's world (controller side)."""
+        if worker.current() is None and "continuous_test.world" in sys.modules:
+            sys.modules["continuous_test.world"].stop_world(cls)
+        super().tearDownClass()
+
+
+def _backend_names(spec: Optional[str]) -> list:
+    """``gloo`` -> [gloo]; ``cpu:gloo,cuda:nccl`` -> [gloo, nccl]."""
+    if not spec:
+        return []
+    names = []
+    for part in str(spec).lower().split(","):
+        names.append(part.split(":")[-1].strip())
+    return [n for n in names if n]

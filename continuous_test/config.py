@@ -1,0 +1,129 @@
+"""Settings, resolved once with a documented precedence.
+
+Per-test time limit, highest precedence first:
+
+1. the command line (``--ct-timeout`` of the pytest plugin, via :func:`set_cli_timeout`);
+2. the ``CONTINUOUS_TEST_TIMEOUT`` environment variable;
+3. the ``@continuous_test.timeout(seconds)`` decorator on the test;
+4. the ``test_timeout`` class attribute;
+5. :data:`DEFAULT_TEST_TIMEOUT`.
+
+The result is then multiplied by ``CONTINUOUS_TEST_TIMEOUT_SCALE`` (default 1),
+for slow machines.  The grace period after a first failure comes from
+``CONTINUOUS_TEST_GRACE``, else the ``grace_period`` class attribute, else
+:data:`DEFAULT_GRACE`.  Every bad value raises :class:`ConfigError` naming where
+it came from.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable, Mapping, Optional, TypeVar
+
+__all__ = [
+    "ConfigError",
+    "DEFAULT_TEST_TIMEOUT",
+    "DEFAULT_GRACE",
+    "DEFAULT_START_TIMEOUT",
+    "ENV_TIMEOUT",
+    "ENV_TIMEOUT_SCALE",
+    "ENV_GRACE",
+    "ENV_START_TIMEOUT",
+    "ENV_START_METHOD",
+    "INVALID_VALUE",
+    "parse_seconds",
+    "timeout",
+    "test_time_limit",
+    "grace_period",
+    "start_timeout",
+    "set_cli_timeout",
+]
+
+DEFAULT_TEST_TIMEOUT = 300.0
+DEFAULT_GRACE = 3.0
+DEFAULT_START_TIMEOUT = 120.0
+
+ENV_TIMEOUT = "CONTINUOUS_TEST_TIMEOUT"
+ENV_TIMEOUT_SCALE = "CONTINUOUS_TEST_TIMEOUT_SCALE"
+ENV_GRACE = "CONTINUOUS_TEST_GRACE"
+ENV_START_TIMEOUT = "CONTINUOUS_TEST_START_TIMEOUT"
+ENV_START_METHOD = "CONTINUOUS_TEST_START_METHOD"
+
+INVALID_VALUE = "Invalid {what} {value!r} from {source}: expected a positive number of seconds"
+TIMEOUT_ATTR = "__continuous_test_timeout__"
+
+F = TypeVar("F", bound=Callable[..., Any])
+_cli_timeout: Optional[float] = None
+
+
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used; the message says where it came from."""
+
+
+def parse_seconds(value: Any, what: str, source: str) -> float:
+    """Validate a positive, finite number of seconds; every setting goes through here."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(INVALID_VALUE.format(what=what, value=value, source=source))
+    return seconds
+
+
+def timeout(seconds: float) -> Callable[[F], F]:
+    """Decorator: give one test its own time limit in seconds."""
+    limit = parse_seconds(seconds, "timeout", "@continuous_test.timeout(...)")
+
+    def decorate(fn: F) -> F:
+        setattr(fn, TIMEOUT_ATTR, limit)
+        return fn
+
+    return decorate
+
+
+def set_cli_timeout(seconds: Optional[float]) -> None:
+    """Install the command-line time limit; the pytest plugin calls this at configure time."""
+    global _cli_timeout
+    _cli_timeout = None if seconds is None else parse_seconds(seconds, "timeout", "the --ct-timeout option")
+
+
+def _env_seconds(name: str, env: Mapping[str, str], what: str) -> Optional[float]:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    return parse_seconds(raw, what, f"{name} environment variable")
+
+
+def test_time_limit(cls: type, method: Optional[Callable], env: Mapping[str, str] = os.environ) -> float:
+    """Resolve the time limit of one test; the controller calls this before dispatching it."""
+    limit = _cli_timeout
+    if limit is None:
+        limit = _env_seconds(ENV_TIMEOUT, env, "timeout")
+    if limit is None and method is not None:
+        limit = getattr(method, TIMEOUT_ATTR, None)
+    if limit is None and getattr(cls, "test_timeout", None) is not None:
+        limit = parse_seconds(cls.test_timeout, "timeout", f"{cls.__qualname__}.test_timeout")
+    if limit is None:
+        limit = DEFAULT_TEST_TIMEOUT
+    scale = _env_seconds(ENV_TIMEOUT_SCALE, env, "timeout scale")
+    return limit * (scale if scale is not None else 1.0)
+
+
+test_time_limit.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+def grace_period(cls: type, env: Mapping[str, str] = os.environ) -> float:
+    """Seconds to wait for peers after a first rank failure; resolved once per world."""
+    grace = _env_seconds(ENV_GRACE, env, "grace period")
+    if grace is None and getattr(cls, "grace_period", None) is not None:
+        grace = parse_seconds(cls.grace_period, "grace period", f"{cls.__qualname__}.grace_period")
+    return DEFAULT_GRACE if grace is None else grace
+
+
+def start_timeout(cls: type, env: Mapping[str, str] = os.environ) -> float:
+    """Bound on starting a world and joining its process group."""
+    limit = _env_seconds(ENV_START_TIMEOUT, env, "start timeout")
+    if limit is None and getattr(cls, "start_timeout", None) is not None:
+        limit = parse_seconds(cls.start_timeout, "start timeout", f"{cls.__qualname__}.start_timeout")
+    return DEFAULT_START_TIMEOUT if limit is None else limit

@@ -1,0 +1,126 @@
+"""How this process was launched: by a plain test runner, by torchrun, or by srun.
+
+* **dispatcher**: ``python test_x.py``, ``python -m unittest``, ``pytest``.  This
+  process becomes the controller and starts the ranks itself.
+* **torchrun**: torchrun (or any launcher that exports ``RANK``, ``WORLD_SIZE``,
+  ``MASTER_ADDR`` and ``MASTER_PORT``).  This process is one rank and runs the
+  tests in place, with ``env://`` rendezvous.
+* **slurm**: an ``srun`` step with more than one task.  The Slurm variables are
+  translated into the ``env://`` ones, then it behaves like torchrun.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import re
+from dataclasses import dataclass
+from typing import Mapping, MutableMapping, Optional
+
+__all__ = ["Mode", "Launch", "detect", "export_env", "first_host", "RANK_MARKER_ENV"]
+
+# Set inside the ranks of a dispatcher world, so that nothing there mistakes
+# the RANK/WORLD_SIZE variables we export for a torchrun launch.
+RANK_MARKER_ENV = "CONTINUOUS_TEST_DISPATCHED_RANK"
+SLURM_DEFAULT_PORT_BASE = 20000
+BAD_SLURM = "Cannot run under srun: {what}. Set MASTER_ADDR and MASTER_PORT explicitly."
+
+
+class Mode(str, enum.Enum):
+    """The three ways a test process can be launched."""
+
+    DISPATCHER = "dispatcher"
+    TORCHRUN = "torchrun"
+    SLURM = "slurm"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The launch mode and, for launcher modes, this process's place in the world."""
+
+    mode: Mode
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    master_addr: Optional[str] = None
+    master_port: Optional[int] = None
+
+    @property
+    def is_launcher(self) -> bool:
+        """True when an external launcher started one process per rank."""
+        return self.mode is not Mode.DISPATCHER
+
+
+def detect(env: Mapping[str, str] = os.environ) -> Launch:
+    """Classify the current process; ``run_tests`` and the test cases call this."""
+    if env.get(RANK_MARKER_ENV):
+        return Launch(Mode.DISPATCHER)
+    if _is_torchrun(env):
+        return Launch(
+            Mode.TORCHRUN,
+            rank=int(env["RANK"]),
+            world_size=int(env["WORLD_SIZE"]),
+            local_rank=int(env.get("LOCAL_RANK", env["RANK"])),
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
+            master_addr=env.get("MASTER_ADDR"),
+            master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None,
+        )
+    if _is_srun(env):
+        return _slurm_launch(env)
+    return Launch(Mode.DISPATCHER)
+
+
+def _is_torchrun(env: Mapping[str, str]) -> bool:
+    if env.get("TORCHELASTIC_RUN_ID") and "RANK" in env and "WORLD_SIZE" in env:
+        return True
+    return all(env.get(k) for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def _is_srun(env: Mapping[str, str]) -> bool:
+    in_step = "SLURM_STEP_ID" in env or "SLURM_STEPID" in env
+    return in_step and "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1
+
+
+def _slurm_launch(env: Mapping[str, str]) -> Launch:
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    addr = env.get("MASTER_ADDR") or (first_host(nodelist) if nodelist else None)
+    if not addr:
+        raise RuntimeError(BAD_SLURM.format(what="no SLURM_STEP_NODELIST or MASTER_ADDR"))
+    if env.get("MASTER_PORT"):
+        port = int(env["MASTER_PORT"])
+    else:
+        port = SLURM_DEFAULT_PORT_BASE + int(env.get("SLURM_JOB_ID", "0")) % 20000
+    ntasks = int(env["SLURM_NTASKS"])
+    return Launch(
+        Mode.SLURM,
+        rank=int(env["SLURM_PROCID"]),
+        world_size=ntasks,
+        local_rank=int(env.get("SLURM_LOCALID", "0")),
+        local_world_size=int(env.get("SLURM_NTASKS_PER_NODE", str(ntasks)).split("(")[0].split(",")[0]),
+        master_addr=addr,
+        master_port=port,
+    )
+
+
+def export_env(launch: Launch, env: MutableMapping[str, str] = os.environ) -> None:
+    """Export the ``env://`` variables for a Slurm launch; ``run_tests`` calls this first."""
+    if launch.mode is not Mode.SLURM:
+        return
+    env.setdefault("MASTER_ADDR", str(launch.master_addr))
+    env.setdefault("MASTER_PORT", str(launch.master_port))
+    env["RANK"] = str(launch.rank)
+    env["WORLD_SIZE"] = str(launch.world_size)
+    env["LOCAL_RANK"] = str(launch.local_rank)
+    env["LOCAL_WORLD_SIZE"] = str(launch.local_world_size)
+
+
+def first_host(nodelist: str) -> str:
+    """First host of a Slurm hostlist such as ``node[07-09,12],gpu3`` (gives ``node07``)."""
+    match = re.match(r"([^,\[]*)(?:\[([^\]]*)\])?", nodelist.strip())
+    if not match:
+        return nodelist
+    prefix, ranges = match.group(1), match.group(2)
+    if not ranges:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first

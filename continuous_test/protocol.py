@@ -1,0 +1,102 @@
+"""Messages between the controller and its rank processes.
+
+Every message is a small frozen dataclass sent over the rank's inherited
+``multiprocessing`` pipe.  The controller sends ``RunTest``, ``DumpStacks`` and
+``Shutdown``; a rank answers with ``Ready`` or ``InitFailed`` once, then one
+``TestDone`` per ``RunTest`` and one ``Stacks`` per ``DumpStacks``.
+
+This module is imported on both sides and imports nothing from the package
+except :mod:`continuous_test.outcome`, which is equally side-neutral.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from continuous_test.outcome import ErrorRecord, RankOutcome
+
+__all__ = [
+    "RankSpec",
+    "RunTest",
+    "DumpStacks",
+    "Shutdown",
+    "Ready",
+    "InitFailed",
+    "TestDone",
+    "Stacks",
+]
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Everything a rank process needs to join a world; pickled once at start."""
+
+    rank: int
+    world_size: int
+    module: str
+    qualname: str
+    module_file: Optional[str]
+    world_dir: str
+    rendezvous_file: str
+    log_file: str
+    env: dict = field(default_factory=dict)
+    # "continuous": join the default process group and wait for tests.
+    # "single": run one test of a MultiProcessTestCase, then exit.
+    role: str = "continuous"
+    method: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class RunTest:
+    """Controller -> rank: run one test method; ``reinit`` asks for a fresh default group first."""
+
+    method: str
+    seq: int
+    reinit: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class DumpStacks:
+    """Controller -> rank: reply at once with the Python stacks of all threads."""
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Controller -> rank: destroy the process group and exit."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Rank -> controller: the rank joined the world and waits for tests."""
+
+    rank: int
+    pid: int
+    template_cuda_initialized: bool = False
+
+
+@dataclass(frozen=True)
+class InitFailed:
+    """Rank -> controller: importing the class or joining the world raised."""
+
+    rank: int
+    error: ErrorRecord
+    skip_reason: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class TestDone:
+    """Rank -> controller: the outcome of one ``RunTest``."""
+
+    __test__ = False  # not a pytest test class
+
+    rank: int
+    seq: int
+    outcome: RankOutcome
+
+
+@dataclass(frozen=True)
+class Stacks:
+    """Rank -> controller: answer to ``DumpStacks``."""
+
+    rank: int
+    text: str

@@ -1,0 +1,61 @@
+"""``run_tests()``: the entry point of ``if __name__ == "__main__": run_tests()``.
+
+It passes unittest's command line through (``-k``, ``-v``, ``Class.test``, ...),
+detects torchrun and srun, and exits non-zero on any failure.  Under a launcher
+only rank 0 prints the report, which already holds every rank's outcome; the
+other ranks run silently and exit with the same status.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import unittest
+from typing import List, Optional
+
+from continuous_test.launch import detect, export_env
+
+__all__ = ["run_tests", "ContinuousTestRunner", "EXIT_INTERRUPTED"]
+
+EXIT_INTERRUPTED = 130
+
+
+class ContinuousTestRunner(unittest.TextTestRunner):
+    """A TextTestRunner that still prints what ran when Ctrl-C stops the run."""
+
+    def _makeResult(self) -> unittest.TestResult:  # noqa: N802 - unittest's name
+        self.last_result = super()._makeResult()
+        return self.last_result
+
+    def run(self, test):
+        """Run ``test``; on KeyboardInterrupt report the tests that ran, then re-raise."""
+        try:
+            return super().run(test)
+        except KeyboardInterrupt:
+            result = getattr(self, "last_result", None)
+            if result is not None:
+                self.stream.writeln("\nInterrupted (Ctrl-C): the ranks were stopped.")
+                result.printErrors()
+                self.stream.writeln(f"Ran {result.testsRun} test(s) before the interrupt")
+                self.stream.flush()
+            raise
+
+
+class _SilentRunner(ContinuousTestRunner):
+    """The runner of launched ranks other than 0: rank 0 prints the merged report."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["stream"] = open(os.devnull, "w")
+        super().__init__(*args, **kwargs)
+
+
+def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> None:
+    """Run the tests of ``module`` (the test file) with unittest's command line; never returns."""
+    launch = detect()
+    export_env(launch)
+    runner = _SilentRunner if launch.is_launcher and launch.rank != 0 else ContinuousTestRunner
+    try:
+        program = unittest.main(module=module, argv=argv if argv is not None else sys.argv,
+                                testRunner=runner, exit=False)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(0 if program.result.wasSuccessful() else 1)

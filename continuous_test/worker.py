@@ -1,0 +1,384 @@
+"""The loop inside a rank process.
+
+A rank is started by the controller with a :class:`~continuous_test.protocol.RankSpec`
+and one end of a pipe.  It
+
+1. sends its stdout/stderr (file descriptors 1 and 2) to a private log file that the
+   controller reads per test, so C++ and subprocess output is captured too;
+2. starts a listener thread that answers ``DumpStacks`` at once (even while the main
+   thread is blocked in a collective) and exits the process as soon as the
+   controller's end of the pipe closes, so a dead controller leaves no orphans;
+3. imports the test class by module and qualified name, joins the default process
+   group (``MultiProcContinuousTest``) and answers ``Ready``;
+4. runs every ``RunTest`` under :class:`~continuous_test.outcome.RankResult` and
+   answers ``TestDone``.
+
+This module never imports the controller (:mod:`continuous_test.world`).
+"""
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import importlib
+import importlib.util
+import os
+import queue
+import random
+import shutil
+import signal
+import socket
+import sys
+import threading
+import traceback
+import unittest
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from continuous_test.launch import RANK_MARKER_ENV
+from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult
+from continuous_test.protocol import (
+    DumpStacks,
+    InitFailed,
+    Ready,
+    RankSpec,
+    RunTest,
+    Shutdown,
+    Stacks,
+    TestDone,
+)
+
+__all__ = [
+    "RankContext",
+    "current",
+    "rank_main",
+    "run_case",
+    "import_test_class",
+    "format_stacks",
+    "seed_everything",
+    "loopback_interface",
+    "template_cuda_initialized",
+    "SEED",
+    "EXIT_CONTROLLER_GONE",
+]
+
+SEED = 1234
+EXIT_CONTROLLER_GONE = 70
+CUDA_IN_TEMPLATE = (
+    "CUDA was initialized in the template process before this rank was forked, so it "
+    "cannot use CUDA. Something imported at module level initialized it (for example a "
+    "tensor created on 'cuda' at import time); move that into a test or setUp, or set "
+    "CONTINUOUS_TEST_START_METHOD=spawn."
+)
+
+
+def _cuda_initialized() -> bool:
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+_template_cuda_initialized = False
+
+
+def _before_fork() -> None:
+    # Runs in the template just before it forks a rank: remember whether CUDA was
+    # initialized there, since a forked rank cannot use it then.
+    global _template_cuda_initialized
+    _template_cuda_initialized = _cuda_initialized()
+
+
+os.register_at_fork(before=_before_fork)
+
+
+def template_cuda_initialized() -> bool:
+    """Whether CUDA was initialized in the process this rank was forked from."""
+    bad_fork = getattr(torch.cuda, "_is_in_bad_fork", lambda: False)
+    return _template_cuda_initialized or bool(bad_fork())
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """Where this process sits in a dispatcher world; None outside ranks."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    spec: RankSpec
+
+
+_CURRENT: Optional[RankContext] = None
+try:
+    _LIBC: Optional[ctypes.CDLL] = ctypes.CDLL(None)
+except OSError:  # no C library to flush (unusual platforms)
+    _LIBC = None
+
+
+def current() -> Optional[RankContext]:
+    """The rank context of this process; test cases call this to pick their role."""
+    return _CURRENT
+
+
+class _Channel:
+    """The rank's end of the pipe; sends are locked because two threads send."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.inbox: "queue.Queue[Any]" = queue.Queue()
+
+    def send(self, message: Any) -> None:
+        with self.lock:
+            self.conn.send(message)
+
+    def listen(self, world_dir: str) -> None:
+        """Listener thread body: route commands, answer stack requests, die with the controller."""
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                _controller_gone(world_dir)
+                return
+            if isinstance(message, DumpStacks):
+                self.send(Stacks(_CURRENT.rank if _CURRENT else -1, format_stacks()))
+                continue
+            self.inbox.put(message)
+            if isinstance(message, Shutdown):
+                return
+
+
+def _controller_gone(world_dir: str) -> None:
+    # The controller died (even SIGKILL closes its pipe end): clean up and leave now.
+    shutil.rmtree(world_dir, ignore_errors=True)
+    os._exit(EXIT_CONTROLLER_GONE)
+
+
+def rank_main(spec: RankSpec, conn) -> None:
+    """Entry point of every rank process; started by the controller."""
+    global _CURRENT
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    _redirect_output(spec.log_file)
+    _apply_env(spec)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    _CURRENT = RankContext(spec.rank, spec.world_size, int(os.environ["LOCAL_RANK"]), spec)
+    channel = _Channel(conn)
+    threading.Thread(target=channel.listen, args=(spec.world_dir,), name="continuous_test-listener", daemon=True).start()
+    if spec.role == "single":
+        from continuous_test.single import run_single
+
+        code = run_single(spec, channel.send)
+        _flush()
+        os._exit(code)
+    _continuous_loop(spec, channel)
+
+
+def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
+    try:
+        cls = import_test_class(spec.module, spec.qualname, spec.module_file)
+        _join_world(cls, spec, spec.rendezvous_file)
+    except unittest.SkipTest as skip:
+        channel.send(InitFailed(spec.rank, ErrorRecord.from_exception(skip), skip_reason=str(skip)))
+        _wait_for_shutdown(channel)
+        return
+    except BaseException as exc:  # noqa: B902 - any init error is reported, not raised
+        channel.send(InitFailed(spec.rank, ErrorRecord.from_exception(exc)))
+        _wait_for_shutdown(channel)
+        return
+    channel.send(Ready(spec.rank, os.getpid(), template_cuda_initialized()))
+    while True:
+        message = channel.inbox.get()
+        if isinstance(message, Shutdown):
+            break
+        if message.reinit is not None:
+            _reinit_world(cls, spec, message.reinit)
+        outcome = run_one(cls, message.method, spec)
+        channel.send(TestDone(spec.rank, message.seq, outcome))
+    _leave_world()
+
+
+def _wait_for_shutdown(channel: _Channel) -> None:
+    while not isinstance(channel.inbox.get(), Shutdown):
+        pass
+    _flush()
+    os._exit(0)
+
+
+def _leave_world() -> None:
+    import torch.distributed as dist
+
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    finally:
+        _flush()
+        os._exit(0)
+
+
+def _redirect_output(log_file: str) -> None:
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _apply_env(spec: RankSpec) -> None:
+    os.environ.clear()
+    os.environ.update(spec.env)
+    os.environ.update(
+        RANK=str(spec.rank),
+        WORLD_SIZE=str(spec.world_size),
+        LOCAL_RANK=str(spec.rank),
+        LOCAL_WORLD_SIZE=str(spec.world_size),
+        **{RANK_MARKER_ENV: "1"},
+    )
+    if not os.environ.get("GLOO_SOCKET_IFNAME") and not os.environ.get("GLOO_DEVICE_TRANSPORT"):
+        lo = loopback_interface()
+        if lo:
+            os.environ["GLOO_SOCKET_IFNAME"] = lo
+
+
+def loopback_interface() -> Optional[str]:
+    """Name of the loopback interface (``lo`` on Linux, ``lo0`` on macOS), if any."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    for name in names:
+        if name == "lo" or name.startswith("lo0"):
+            return name
+    return None
+
+
+def import_test_class(module: str, qualname: str, module_file: Optional[str]) -> type:
+    """Find a test class by module and qualified name; ranks call this once at start."""
+    mod = sys.modules.get(module)
+    if mod is None:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            if not module_file:
+                raise
+            mod = _load_from_file(module, module_file)
+    obj: Any = mod
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _load_from_file(module: str, path: str):
+    spec = importlib.util.spec_from_file_location(module, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load module {module!r} from {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _join_world(cls: type, spec: RankSpec, rendezvous_file: str) -> None:
+    cls.rank = spec.rank
+    _set_class_world_size(cls, spec.world_size)
+    device = cls._resolve_device_type()
+    if device != "cpu":
+        if device == "cuda" and template_cuda_initialized():
+            raise RuntimeError(CUDA_IN_TEMPLATE)
+        torch.accelerator.set_device_index(spec.rank)
+    cls._init_pg(spec.rank, spec.world_size, rendezvous_file)
+
+
+def _set_class_world_size(cls: type, world_size: int) -> None:
+    import inspect
+
+    if not isinstance(inspect.getattr_static(cls, "world_size", None), property):
+        cls.world_size = world_size
+
+
+def _reinit_world(cls: type, spec: RankSpec, generation: int) -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    path = f"{spec.rendezvous_file}.{generation}"
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    cls._init_pg(spec.rank, spec.world_size, path)
+
+
+def run_one(cls: type, method: str, spec: RankSpec) -> RankOutcome:
+    """Run one test method of a dispatcher world on this rank."""
+    case = cls(method)
+    case.rank = spec.rank
+    return run_case(case, spec.rank)
+
+
+def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
+    """Run ``case`` for real on this rank and record what unittest saw.
+
+    Every test starts from the same RNG seed on every rank, and process groups the
+    test created (other than the default one) are destroyed after it.
+    """
+    import torch.distributed as dist
+
+    groups = _group_names()
+    seed_everything(SEED)
+    result = RankResult()
+    unittest.TestCase.run(case, result)  # the real run, not the dispatching override
+    _release_subgroups(groups)
+    _flush()
+    return RankOutcome(rank, result.events, pg_destroyed=not dist.is_initialized())
+
+
+def _group_names() -> set:
+    from torch.distributed import distributed_c10d as c10d
+
+    return set(c10d._world.pg_names.keys())
+
+
+def _release_subgroups(before: set) -> None:
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    if not dist.is_initialized():
+        return
+    default = c10d._get_default_group()
+    for pg in list(c10d._world.pg_names.keys()):
+        if pg not in before and pg is not default:
+            try:
+                dist.destroy_process_group(pg)
+            except Exception:  # a group the test already broke; nothing more to release
+                pass
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch, numpy and random identically; called before every test on every rank."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed)
+
+
+def format_stacks() -> str:
+    """Python stacks of every thread but the listener, with file, line and function."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    me = threading.get_ident()
+    parts = []
+    for ident, frame in sys._current_frames().items():
+        if ident == me:
+            continue
+        stack = "".join(traceback.format_stack(frame))
+        parts.append(f"Thread {names.get(ident, ident)} (most recent call last):\n{stack}")
+    return "\n".join(parts)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    if _LIBC is not None:
+        _LIBC.fflush(None)

@@ -1,0 +1,520 @@
+"""The controller: one persistent world of rank processes per test class.
+
+How data flows::
+
+    runner (unittest / pytest)
+        │  TestCase.run(result)
+        ▼
+    case.MultiProcContinuousTest ──► World.run_test(method) ──RunTest──►  rank 0 … rank N-1
+        ▲                                  │  wait(pipes + sentinels)      (worker.rank_main,
+        │                                  ◄──────TestDone / Stacks──────   forked from the
+        │                                  │                                template process)
+        │                          outcome.merge(outcomes, faults)
+        └──────── Verdict (pass / skip / fail + report naming ranks) ◄─┘
+
+Lifecycle of a :class:`World`::
+
+    NEW ──start()──► READY ──run_test()──► READY ──stop()──► STOPPED
+              │                 │
+              │                 └─ fault or failed test ─► BROKEN (ranks killed)
+              │                                               │ next run_test(): start() again
+              └─ a rank cannot import the class / join ─► WorldStartError (or SkipTest)
+
+The controller only ever blocks in :func:`multiprocessing.connection.wait` on the
+ranks' pipes and process sentinels together, so a rank's death is seen at once,
+and every wait has a deadline: the per-test time limit, the grace period after a
+first failure, the start timeout, or the shutdown timeout.  Ranks talk to the
+controller only over inherited pipes.  Worlds are kept in a registry keyed by
+test class (never on the class itself) and all are stopped at interpreter exit.
+"""
+from __future__ import annotations
+
+import atexit
+import enum
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from continuous_test import config, template
+from continuous_test.outcome import (
+    ErrorRecord,
+    FaultKind,
+    RankFault,
+    RankOutcome,
+    Verdict,
+    exit_description,
+    merge,
+    prefix_lines,
+)
+from continuous_test.protocol import (
+    DumpStacks,
+    InitFailed,
+    Ready,
+    RankSpec,
+    RunTest,
+    Shutdown,
+    Stacks,
+    TestDone,
+)
+
+__all__ = [
+    "World",
+    "WorldState",
+    "WorldStartError",
+    "RankProcess",
+    "start_ranks",
+    "kill_ranks",
+    "collect_stacks",
+    "world_for",
+    "start_world_for",
+    "stop_world",
+    "stop_all",
+]
+
+SHUTDOWN_TIMEOUT = 10.0
+STACKS_TIMEOUT = 2.0
+KILL_TIMEOUT = 2.0
+
+START_FAILED = "{cls}: rank {rank} could not join the world of {world_size}: {error}"
+START_DIED = "{cls}: rank {rank} {how} while starting the world of {world_size}"
+START_TIMEOUT = (
+    "{cls}: rank(s) {ranks} did not join the world of {world_size} within {seconds:g} s "
+    "(set start_timeout on the class or CONTINUOUS_TEST_START_TIMEOUT to wait longer)"
+)
+
+
+class WorldState(enum.Enum):
+    """Where a :class:`World` is in its lifecycle."""
+
+    NEW = "new"
+    READY = "ready"
+    BROKEN = "broken"
+    STOPPED = "stopped"
+
+
+class WorldStartError(RuntimeError):
+    """A world could not be started; the message names the class and the rank."""
+
+
+@dataclass
+class RankProcess:
+    """The controller's handle on one rank: its process, pipe and log file."""
+
+    rank: int
+    process: Any
+    conn: Any
+    log_file: str
+    log_offset: int = 0
+    ready: Optional[Ready] = None
+
+    def read_output(self) -> str:
+        """What the rank wrote since the last call; the controller calls this per test."""
+        try:
+            with open(self.log_file, "rb") as f:
+                f.seek(self.log_offset)
+                data = f.read()
+        except OSError:
+            return ""
+        self.log_offset += len(data)
+        return data.decode("utf-8", "replace")
+
+    def mark_output(self) -> None:
+        """Forget output written so far."""
+        try:
+            self.log_offset = os.path.getsize(self.log_file)
+        except OSError:
+            self.log_offset = 0
+
+
+@dataclass
+class _Wait:
+    """Bookkeeping of one ``run_test`` wait loop."""
+
+    pending: set
+    outcomes: Dict[int, RankOutcome] = field(default_factory=dict)
+    faults: List[RankFault] = field(default_factory=list)
+    grace_deadline: Optional[float] = None
+
+
+def start_ranks(
+    cls: type,
+    world_size: int,
+    world_dir: str,
+    role: str = "continuous",
+    method: Optional[str] = None,
+) -> List[RankProcess]:
+    """Fork ``world_size`` ranks from the template; used by worlds and by MultiProcessTestCase."""
+    from continuous_test.worker import rank_main
+
+    ctx = template.get_context()
+    module = sys.modules.get(cls.__module__)
+    module_file = getattr(module, "__file__", None)
+    rendezvous = os.path.join(world_dir, "rendezvous")
+    os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT, 0o600))
+    env = dict(os.environ)
+    ranks = []
+    for rank in range(world_size):
+        log_file = os.path.join(world_dir, f"rank{rank}.log")
+        spec = RankSpec(rank, world_size, cls.__module__, cls.__qualname__, module_file,
+                        world_dir, rendezvous, log_file, env, role, method)
+        parent, child = ctx.Pipe()
+        process = ctx.Process(target=rank_main, args=(spec, child), name=f"{cls.__name__}-rank{rank}")
+        process.start()
+        child.close()
+        ranks.append(RankProcess(rank, process, parent, log_file))
+    return ranks
+
+
+def kill_ranks(ranks: Sequence[RankProcess], timeout: float = KILL_TIMEOUT) -> None:
+    """Terminate, then kill, every rank still alive, and reap them all."""
+    for handle in ranks:
+        if handle.process.exitcode is None:
+            handle.process.terminate()
+    _join_all(ranks, timeout)
+    for handle in ranks:
+        if handle.process.exitcode is None:
+            handle.process.kill()
+    _join_all(ranks, timeout)
+    for handle in ranks:
+        handle.conn.close()
+
+
+def _join_all(ranks: Sequence[RankProcess], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for handle in ranks:
+        handle.process.join(max(0.0, deadline - time.monotonic()))
+
+
+def collect_stacks(ranks: Sequence[RankProcess], timeout: float = STACKS_TIMEOUT) -> Tuple[Dict[int, str], Dict[int, Any]]:
+    """Ask ranks for their Python stacks; returns stacks and any other messages that arrived."""
+    stacks: Dict[int, str] = {}
+    late: Dict[int, Any] = {}
+    asked = {}
+    for handle in ranks:
+        if handle.process.exitcode is None:
+            try:
+                handle.conn.send(DumpStacks())
+                asked[handle.conn] = handle
+            except OSError:
+                pass
+    deadline = time.monotonic() + timeout
+    while asked and time.monotonic() < deadline:
+        for conn in wait(list(asked), deadline - time.monotonic()):
+            handle = asked[conn]
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                del asked[conn]
+                continue
+            if isinstance(message, Stacks):
+                stacks[handle.rank] = message.text
+                del asked[conn]
+            else:
+                late[handle.rank] = message
+    for handle in asked.values():
+        stacks[handle.rank] = _faulthandler_stacks(handle)
+    return stacks, late
+
+
+def _faulthandler_stacks(handle: RankProcess) -> str:
+    # The listener thread could not answer (the GIL is held by C code): ask
+    # faulthandler, which dumps every thread without the GIL, into the rank's log.
+    before = handle.log_offset
+    try:
+        size_before = os.path.getsize(handle.log_file)
+        os.kill(handle.process.pid, signal.SIGUSR1)
+    except OSError:
+        return "(no stacks: the rank did not answer)"
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and os.path.getsize(handle.log_file) == size_before:
+        time.sleep(0.02)
+    time.sleep(0.05)
+    handle.log_offset = size_before
+    text = handle.read_output()
+    handle.log_offset = before
+    return "(dumped by faulthandler)\n" + text if text else "(no stacks: the rank did not answer)"
+
+
+class World:
+    """A persistent world of ranks for one test class; see the module docstring."""
+
+    def __init__(self, cls: type, world_size: int) -> None:
+        self.cls = cls
+        self.world_size = world_size
+        self.grace = config.grace_period(cls)
+        self.start_timeout = config.start_timeout(cls)
+        self.state = WorldState.NEW
+        self.ranks: List[RankProcess] = []
+        self.dir: Optional[str] = None
+        self.starts = 0
+        self._seq = 0
+        self._reinit: Optional[int] = None
+        self._reinit_count = 0
+        self.start_error: Optional[BaseException] = None
+
+    # -- starting -----------------------------------------------------------------
+
+    def ensure_started(self) -> None:
+        """Start the world unless it is READY; the test case calls this before each test."""
+        if self.state is WorldState.READY:
+            return
+        self.stop()
+        self.start()
+
+    def start(self) -> None:
+        """Start all ranks and wait until each joined the process group."""
+        self.dir = tempfile.mkdtemp(prefix=f"continuous_test-{self.cls.__name__}-")
+        self.starts += 1
+        self._reinit = None
+        try:
+            self.ranks = start_ranks(self.cls, self.world_size, self.dir)
+            self._await_ready()
+        except BaseException:
+            self.stop(graceful=False)
+            raise
+        self.state = WorldState.READY
+
+    def _await_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        waiting = {h.conn: h for h in self.ranks}
+        sentinels = {h.process.sentinel: h for h in self.ranks}
+        while waiting:
+            remaining = deadline - time.monotonic()
+            ready = wait(list(waiting) + list(sentinels), max(0.0, remaining))
+            if not ready:
+                self._start_timed_out(sorted(h.rank for h in waiting.values()))
+            for obj in ready:
+                if obj in sentinels:
+                    self._start_died(sentinels[obj])
+                handle = waiting.pop(obj)
+                try:
+                    message = obj.recv()
+                except (EOFError, OSError):
+                    self._start_died(handle)
+                if isinstance(message, InitFailed):
+                    self._start_failed(message, handle)
+                handle.ready = message
+
+    def _start_failed(self, message: InitFailed, handle: RankProcess) -> None:
+        output = handle.read_output()
+        if message.skip_reason is not None:
+            import unittest
+
+            raise unittest.SkipTest(message.skip_reason)
+        error = message.error
+        text = START_FAILED.format(cls=self.cls.__qualname__, rank=handle.rank,
+                                   world_size=self.world_size, error=error.headline())
+        raise WorldStartError(_with_details(text, error.traceback, handle.rank, output))
+
+    def _start_died(self, handle: RankProcess) -> None:
+        handle.process.join(1.0)
+        text = START_DIED.format(cls=self.cls.__qualname__, rank=handle.rank, world_size=self.world_size,
+                                 how="died with " + exit_description(handle.process.exitcode))
+        raise WorldStartError(_with_details(text, None, handle.rank, handle.read_output()))
+
+    def _start_timed_out(self, missing: List[int]) -> None:
+        stacks, _ = collect_stacks([h for h in self.ranks if h.rank in missing])
+        text = START_TIMEOUT.format(cls=self.cls.__qualname__, ranks=", ".join(map(str, missing)),
+                                    world_size=self.world_size, seconds=self.start_timeout)
+        for rank, stack in sorted(stacks.items()):
+            text += f"\nrank {rank} stacks:\n{stack}"
+        raise WorldStartError(text)
+
+    @property
+    def template_cuda_initialized(self) -> bool:
+        """Whether any rank reported CUDA initialized in its template process."""
+        return any(h.ready is not None and h.ready.template_cuda_initialized for h in self.ranks)
+
+    # -- running tests ------------------------------------------------------------
+
+    def run_test(self, method: str, test_id: str, time_limit: float) -> Verdict:
+        """Run one test on every rank and merge the outcomes into a verdict."""
+        self._seq += 1
+        for handle in self.ranks:
+            handle.mark_output()
+            handle.conn.send(RunTest(method, self._seq, self._reinit))
+        self._reinit = None
+        state = _Wait(pending=set(range(self.world_size)))
+        try:
+            self._collect(state, time.monotonic() + time_limit, test_id)
+        except KeyboardInterrupt:
+            self.stop(graceful=False)
+            raise
+        outputs = {h.rank: h.read_output() for h in self.ranks}
+        verdict = merge(test_id, self.world_size, state.outcomes, state.faults, outputs,
+                        grace=self.grace, time_limit=time_limit)
+        self._after_test(state, verdict, outputs)
+        return verdict
+
+    def _collect(self, state: _Wait, deadline: float, test_id: str) -> None:
+        by_conn = {h.conn: h for h in self.ranks}
+        by_sentinel = {h.process.sentinel: h for h in self.ranks}
+        while state.pending:
+            until = min(deadline, state.grace_deadline or deadline)
+            conns = [h.conn for h in self.ranks if h.rank in state.pending]
+            ready = wait(conns + list(by_sentinel), max(0.0, until - time.monotonic()))
+            if not ready:
+                kind = FaultKind.STUCK if until < deadline else FaultKind.TIMED_OUT
+                self._fault_pending(state, kind)
+                return
+            for obj in ready:
+                handle = by_sentinel.get(obj) or by_conn[obj]
+                if obj in by_sentinel or not self._receive(handle, state):
+                    self._rank_died(handle, state)
+                    return
+
+    def _receive(self, handle: RankProcess, state: _Wait) -> bool:
+        try:
+            message = handle.conn.recv()
+        except (EOFError, OSError):
+            return False
+        if isinstance(message, TestDone) and message.seq == self._seq:
+            state.outcomes[handle.rank] = message.outcome
+            state.pending.discard(handle.rank)
+            if state.grace_deadline is None and _has_failure(message.outcome):
+                state.grace_deadline = time.monotonic() + self.grace
+        return True
+
+    def _fault_pending(self, state: _Wait, kind: FaultKind) -> None:
+        handles = [h for h in self.ranks if h.rank in state.pending]
+        stacks, late = collect_stacks(handles)
+        for handle in handles:
+            message = late.get(handle.rank)
+            if isinstance(message, TestDone) and message.seq == self._seq:
+                state.outcomes[handle.rank] = message.outcome
+                continue
+            state.faults.append(RankFault(handle.rank, kind, stacks=stacks.get(handle.rank)))
+        state.pending.clear()
+
+    def _rank_died(self, dead: RankProcess, state: _Wait) -> None:
+        dead.process.join(1.0)
+        state.faults.append(RankFault(dead.rank, FaultKind.DIED, exitcode=dead.process.exitcode))
+        state.pending.discard(dead.rank)
+        survivors = [h for h in self.ranks if h.rank in state.pending]
+        stacks, late = collect_stacks(survivors)
+        for handle in survivors:
+            message = late.get(handle.rank)
+            if isinstance(message, TestDone) and message.seq == self._seq:
+                state.outcomes[handle.rank] = message.outcome
+            elif handle.process.exitcode is not None:
+                state.faults.append(RankFault(handle.rank, FaultKind.DIED, exitcode=handle.process.exitcode))
+            else:
+                state.faults.append(RankFault(handle.rank, FaultKind.INTERRUPTED, stacks=stacks.get(handle.rank)))
+        state.pending.clear()
+
+    def _after_test(self, state: _Wait, verdict: Verdict, outputs: Dict[int, str]) -> None:
+        if verdict.restart_world:
+            self.stop(graceful=not state.faults)
+            self.state = WorldState.BROKEN
+            return
+        if any(o.pg_destroyed for o in state.outcomes.values()):
+            self._reinit_count += 1
+            self._reinit = self._reinit_count
+        if not verdict.failed:
+            _forward_output(outputs)
+
+    # -- stopping -----------------------------------------------------------------
+
+    def stop(self, graceful: bool = True) -> None:
+        """Stop every rank (bounded) and remove the world's files; safe to call twice."""
+        if self.ranks:
+            if graceful and self.state is WorldState.READY:
+                self._shutdown_gracefully()
+            kill_ranks(self.ranks)
+            self.ranks = []
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        self.state = WorldState.STOPPED
+
+    def _shutdown_gracefully(self) -> None:
+        for handle in self.ranks:
+            try:
+                handle.conn.send(Shutdown())
+            except OSError:
+                pass
+        _join_all(self.ranks, SHUTDOWN_TIMEOUT)
+
+
+def _has_failure(outcome: RankOutcome) -> bool:
+    from continuous_test.outcome import EventKind
+
+    bad = (EventKind.FAILURE, EventKind.ERROR, EventKind.EXPECTED_FAILURE)
+    return any(e.kind in bad for e in outcome.events)
+
+
+def _forward_output(outputs: Dict[int, str]) -> None:
+    # Output of passing tests goes to the controller's stderr, where the runner's
+    # own capture (pytest's, or unittest's -b) decides whether it is shown.
+    for rank, text in sorted(outputs.items()):
+        if text:
+            sys.stderr.write(prefix_lines(rank, text))
+
+
+def _with_details(text: str, tb: Optional[str], rank: int, output: str) -> str:
+    if tb:
+        text += f"\n[rank {rank}] {tb.rstrip()}"
+    if output.strip():
+        text += "\n" + prefix_lines(rank, output).rstrip("\n")
+    return text
+
+
+# -- registry -----------------------------------------------------------------------
+
+_WORLDS: Dict[type, World] = {}
+
+
+def world_for(cls: type, world_size: int) -> World:
+    """The world of ``cls``, created on first use; the test case calls this."""
+    world = _WORLDS.get(cls)
+    if world is None or world.world_size != world_size:
+        if world is not None:
+            world.stop()
+        world = _WORLDS[cls] = World(cls, world_size)
+    return world
+
+
+def start_world_for(cls: type) -> World:
+    """Check ``cls``'s configuration and return its started world; called before each test.
+
+    A world that failed to start is not retried for the rest of the class: every
+    later test reports the same error (or skip) at once.
+    """
+    cls._check_importable()
+    world_size = cls._resolve_world_size()
+    cls._check_backend(world_size)
+    world = world_for(cls, world_size)
+    if world.start_error is not None:
+        raise _again(world.start_error)
+    try:
+        world.ensure_started()
+    except Exception as exc:  # SkipTest included
+        world.start_error = exc
+        raise
+    return world
+
+
+def _again(error: BaseException) -> BaseException:
+    copy = type(error)(*error.args)
+    copy.__cause__ = error.__cause__
+    return copy
+
+
+def stop_world(cls: type) -> None:
+    """Stop the world of ``cls`` if it has one; called from ``tearDownClass``."""
+    world = _WORLDS.pop(cls, None)
+    if world is not None:
+        world.stop()
+
+
+@atexit.register
+def stop_all() -> None:
+    """Stop every world; runs at interpreter exit so no rank outlives the controller."""
+    for cls in list(_WORLDS):
+        stop_world(cls)
