@@ -107,6 +107,13 @@ class SubTestId:
     message: Optional[str]
     params: Tuple[Tuple[str, str], ...]
 
+    def describe(self) -> str:
+        """``[message] (k=v, ...)``, as unittest prints a subtest."""
+        parts = [f"[{self.message}]"] if self.message is not None else []
+        if self.params:
+            parts.append("(" + ", ".join(f"{k}={v}" for k, v in self.params) + ")")
+        return " ".join(parts) or "(<subtest>)"
+
 
 @dataclass(frozen=True)
 class Event:
@@ -297,7 +304,8 @@ def merge(
     main = units.pop(None, {})
     for rank in outcomes:
         main.setdefault(rank, _RankUnit("pass"))
-    subtests = [(sid, _merge_unit(test, world_size, per_rank, outputs)) for sid, per_rank in units.items()]
+    subtests = [(sid, _merge_unit(f"{test} {sid.describe()}", world_size, per_rank, outputs))
+                for sid, per_rank in units.items()]
     if faults:
         verdict = Verdict("fail", error=_fault_error(test, world_size, main, faults, outputs, grace, time_limit))
     else:
@@ -349,6 +357,7 @@ def _failure_error(test, world_size, failed, per_rank, outputs) -> BaseException
         for record in errors:
             body.append(f"rank {rank}: {record.headline()}")
             records.append((rank, record))
+    for rank in sorted(outputs):
         body.extend(_output_section(rank, outputs))
     return _chained(records, "\n".join(body))
 

@@ -491,7 +491,7 @@ def start_world_for(cls: type) -> World:
     cls._check_backend(world_size)
     world = world_for(cls, world_size)
     if world.start_error is not None:
-        raise _again(world.start_error)
+        raise _again(world.start_error, cls)
     try:
         world.ensure_started()
     except Exception as exc:  # SkipTest included
@@ -500,8 +500,15 @@ def start_world_for(cls: type) -> World:
     return world
 
 
-def _again(error: BaseException) -> BaseException:
-    copy = type(error)(*error.args)
+NOT_RETRIED = "(the world of {cls} failed to start for an earlier test and is not retried)"
+
+
+def _again(error: BaseException, cls: type) -> BaseException:
+    import unittest
+
+    if isinstance(error, unittest.SkipTest):
+        return unittest.SkipTest(*error.args)
+    copy = type(error)(f"{error}\n{NOT_RETRIED.format(cls=cls.__qualname__)}")
     copy.__cause__ = error.__cause__
     return copy
 

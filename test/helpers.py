@@ -1,0 +1,87 @@
+"""Run scenario files as real subprocesses and read what they report."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+RUN_TIMEOUT = 300  # a guard against hangs, never a performance assertion
+
+
+def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The environment scenario subprocesses run in: the checkout first on the path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.pop("PYTEST_ADDOPTS", None)
+    for key in list(env):
+        if key.startswith(("CONTINUOUS_TEST_", "TORCHELASTIC_", "SLURM_")) or key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+            env.pop(key)
+    env.update(extra or {})
+    return env
+
+
+def run(args: Sequence[str], env: Optional[Dict[str, str]] = None, timeout: float = RUN_TIMEOUT,
+        cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    """Run a command to completion and return it with text output."""
+    return subprocess.run(list(args), cwd=str(cwd or SCENARIOS), env=scenario_env(env), timeout=timeout,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def python(scenario: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """``python scenarios/<scenario> args...``."""
+    return run([sys.executable, scenario, *args], **kwargs)
+
+
+def pytest(scenario: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """``python -m pytest scenarios/<scenario> args...`` with no cache and plain output."""
+    return run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", scenario, *args], **kwargs)
+
+
+def torchrun(scenario: str, nproc: int, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node N scenarios/<scenario> args...`` on loopback."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+                "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+    return run([*launcher, scenario, *args], **kwargs)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def unittest_counts(output: str) -> Dict[str, int]:
+    """Parse unittest's summary (``Ran N tests`` and ``FAILED (failures=1, skipped=2)``)."""
+    counts: Dict[str, int] = {}
+    ran = re.search(r"^Ran (\d+) tests? in", output, re.M)
+    if ran:
+        counts["ran"] = int(ran.group(1))
+    summary = re.search(r"^(OK|FAILED)(?: \((.*)\))?$", output, re.M)
+    if summary and summary.group(2):
+        for part in summary.group(2).split(","):
+            key, value = part.strip().split("=")
+            counts[key] = int(value)
+    return counts
+
+
+def pytest_counts(output: str) -> Dict[str, int]:
+    """Parse pytest's final line (``1 failed, 2 passed, 1 skipped in 3.2s``)."""
+    line = [l for l in output.strip().splitlines() if " in " in l and re.search(r"\d+ (passed|failed|skipped|error)", l)]
+    counts: Dict[str, int] = {}
+    if line:
+        for number, word in re.findall(r"(\d+) (\w+)", line[-1]):
+            counts[word] = int(number)
+    return counts
+
+
+def describe(proc: subprocess.CompletedProcess) -> str:
+    """Everything a failed assertion should show about a subprocess."""
+    return f"exit code {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
