@@ -1,0 +1,143 @@
+"""MultiProcContinuousTest end to end: real scenario files run as subprocesses."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+import helpers
+from helpers import describe, pytest_counts, unittest_counts
+
+
+def test_python_runs_every_test_on_every_rank():
+    proc = helpers.python("test_basic.py", "-v")
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 5}, describe(proc)
+    assert re.search(r"test_three_ranks .* \.\.\. ok", proc.stderr), describe(proc)
+
+
+def test_python_k_selects_tests():
+    proc = helpers.python("test_basic.py", "-k", "sum", "-v")
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 1}, describe(proc)
+    assert "test_sum" in proc.stderr
+
+
+def test_python_names_one_test():
+    proc = helpers.python("test_basic.py", "AllReduceTest.test_sum", "-v")
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 1}, describe(proc)
+
+
+def test_python_m_unittest():
+    proc = helpers.run([helpers.sys.executable, "-m", "unittest", "test_basic"])
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 5}, describe(proc)
+
+
+def test_pytest_with_k():
+    proc = helpers.pytest("test_basic.py", "-k", "sum or three")
+    assert proc.returncode == 0, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 3}, describe(proc)
+
+
+def test_pytest_x_stops_at_first_failure():
+    proc = helpers.pytest("test_outcomes.py", "-x", "-k", "OutcomeTest")
+    assert proc.returncode == 1, describe(proc)
+    assert pytest_counts(proc.stdout).get("failed") == 1, describe(proc)
+    assert "stopping after 1 failures" in proc.stdout, describe(proc)
+
+
+def test_torchrun_runs_each_rank_in_place():
+    proc = helpers.torchrun("test_basic.py", 2, "-v")
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 5, "skipped": 1}, describe(proc)
+    assert "PropertyWorldSizeTest needs world_size=3 but the launcher started WORLD_SIZE=2" in proc.stderr
+    # Only rank 0 prints the summary.
+    assert proc.stderr.count("Ran 5 tests") == 1, describe(proc)
+
+
+def test_isolation_between_tests_python():
+    proc = helpers.python("test_isolation.py")
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
+
+
+def test_isolation_between_tests_torchrun():
+    proc = helpers.torchrun("test_isolation.py", 2)
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    marker_dir = tmp_path_factory.mktemp("markers")
+    proc = helpers.python("test_outcomes.py", "-v", "-k", "OutcomeTest", "-k", "SkippedClass",
+                          env={"MARKER_DIR": str(marker_dir)})
+    return proc, marker_dir
+
+
+def test_outcome_counts(outcomes):
+    proc, _ = outcomes
+    assert proc.returncode == 1, describe(proc)
+    assert unittest_counts(proc.stderr) == {
+        "ran": 10, "failures": 3, "errors": 1, "skipped": 3,
+        "expected failures": 1, "unexpected successes": 1,
+    }, describe(proc)
+
+
+def test_zero_selected_or_skipped_class_starts_no_world(outcomes):
+    _, marker_dir = outcomes
+    assert sorted(os.listdir(marker_dir)) == ["OutcomeTest.rank0", "OutcomeTest.rank1"]
+
+
+def test_failure_names_rank_keeps_type_and_output(outcomes):
+    proc, _ = outcomes
+    err = proc.stderr
+    assert "ValueError: OutcomeTest.test_error_keeps_type failed on rank(s) 0 of 2 (rank 1 passed)" in err
+    assert 'raise ValueError("bad value on rank 0")' in err  # the rank's own traceback
+    assert "OutcomeTest.test_failure_with_output failed on rank(s) 1 of 2 (rank 0 passed)" in err
+    assert "[rank1] diagnostic line from rank 1" in err
+    assert "[rank0] diagnostic line from rank 0" in err
+
+
+def test_skips(outcomes):
+    proc, _ = outcomes
+    err = proc.stderr
+    assert "test_skip_decorator (__main__.OutcomeTest.test_skip_decorator) ... skipped 'decided in the controller'" in err
+    assert "test_skip_on_all_ranks (__main__.OutcomeTest.test_skip_on_all_ranks) ... skipped 'feature X is missing'" in err
+    assert "skipped 'whole class skipped'" in err
+    assert "InconsistentSkipError: OutcomeTest.test_skip_on_some_ranks was skipped on rank(s) 1 but ran on rank(s) 0" in err
+    assert "rank 1: only rank 1 lacks it" in err
+
+
+def test_expected_failure_and_subtests(outcomes):
+    proc, _ = outcomes
+    err = proc.stderr
+    assert "test_expected_failure (__main__.OutcomeTest.test_expected_failure) ... expected failure" in err
+    assert "test_unexpected_success (__main__.OutcomeTest.test_unexpected_success) ... unexpected success" in err
+    assert "FAIL: test_subtests (__main__.OutcomeTest.test_subtests) (i=1)" in err
+    assert "OutcomeTest.test_subtests (i=1) failed on rank(s) 1 of 2" in err
+
+
+def test_bad_configuration_names_the_class():
+    proc = helpers.python("test_badconfig.py")
+    err = proc.stderr
+    assert proc.returncode == 1, describe(proc)
+    assert unittest_counts(err) == {"ran": 8, "errors": 8}, describe(proc)
+    for expected in [
+        "ZeroWorldTest.world_size must be a positive int, got 0",
+        "NegativeWorldTest.world_size must be a positive int, got -3",
+        "StringWorldTest.world_size must be a positive int, got '2'",
+        "make_local_class.<locals>.LocalTest cannot be imported by its rank processes",
+        "UnknownBackendTest.backend_str() returned unknown backend 'glo'",
+        "Invalid timeout -5 from BadTimeoutTest.test_timeout",
+        "InitRaisesTest: rank 1 could not join the world of 2: RuntimeError: cannot join on rank 1",
+        "(the world of InitRaisesTest failed to start for an earlier test and is not retried)",
+    ]:
+        assert expected in err, f"missing {expected!r}\n{describe(proc)}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
