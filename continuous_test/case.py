@@ -96,8 +96,10 @@ class MultiProcContinuousTest(TestCase):
     test_timeout: Optional[float] = None
     # Seconds to wait for the other ranks after one rank fails.
     grace_period: Optional[float] = None
-    # Seconds to wait for a world to start.
+    # Seconds to wait for a world to start, and for it to shut down before its
+    # ranks are killed.
     start_timeout: Optional[float] = None
+    shutdown_timeout: Optional[float] = None
 
     # -- torch-compatible configuration hooks --------------------------------------
 

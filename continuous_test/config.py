@@ -25,6 +25,8 @@ __all__ = [
     "DEFAULT_TEST_TIMEOUT",
     "DEFAULT_GRACE",
     "DEFAULT_START_TIMEOUT",
+    "DEFAULT_SHUTDOWN_TIMEOUT",
+    "ENV_SHUTDOWN_TIMEOUT",
     "ENV_TIMEOUT",
     "ENV_TIMEOUT_SCALE",
     "ENV_GRACE",
@@ -36,18 +38,21 @@ __all__ = [
     "test_time_limit",
     "grace_period",
     "start_timeout",
+    "shutdown_timeout",
     "set_cli_timeout",
 ]
 
 DEFAULT_TEST_TIMEOUT = 300.0
 DEFAULT_GRACE = 3.0
 DEFAULT_START_TIMEOUT = 120.0
+DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 
 ENV_TIMEOUT = "CONTINUOUS_TEST_TIMEOUT"
 ENV_TIMEOUT_SCALE = "CONTINUOUS_TEST_TIMEOUT_SCALE"
 ENV_GRACE = "CONTINUOUS_TEST_GRACE"
 ENV_START_TIMEOUT = "CONTINUOUS_TEST_START_TIMEOUT"
 ENV_START_METHOD = "CONTINUOUS_TEST_START_METHOD"
+ENV_SHUTDOWN_TIMEOUT = "CONTINUOUS_TEST_SHUTDOWN_TIMEOUT"
 
 INVALID_VALUE = "Invalid {what} {value!r} from {source}: expected a positive number of seconds"
 TIMEOUT_ATTR = "__continuous_test_timeout__"
@@ -113,17 +118,25 @@ def test_time_limit(cls: type, method: Optional[Callable], env: Mapping[str, str
 test_time_limit.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
+def _class_seconds(cls: type, attr: str, what: str, env_name: str, default: float,
+                   env: Mapping[str, str]) -> float:
+    value = _env_seconds(env_name, env, what)
+    if value is None and getattr(cls, attr, None) is not None:
+        value = parse_seconds(getattr(cls, attr), what, f"{cls.__qualname__}.{attr}")
+    return default if value is None else value
+
+
 def grace_period(cls: type, env: Mapping[str, str] = os.environ) -> float:
     """Seconds to wait for peers after a first rank failure; resolved once per world."""
-    grace = _env_seconds(ENV_GRACE, env, "grace period")
-    if grace is None and getattr(cls, "grace_period", None) is not None:
-        grace = parse_seconds(cls.grace_period, "grace period", f"{cls.__qualname__}.grace_period")
-    return DEFAULT_GRACE if grace is None else grace
+    return _class_seconds(cls, "grace_period", "grace period", ENV_GRACE, DEFAULT_GRACE, env)
 
 
 def start_timeout(cls: type, env: Mapping[str, str] = os.environ) -> float:
     """Bound on starting a world and joining its process group."""
-    limit = _env_seconds(ENV_START_TIMEOUT, env, "start timeout")
-    if limit is None and getattr(cls, "start_timeout", None) is not None:
-        limit = parse_seconds(cls.start_timeout, "start timeout", f"{cls.__qualname__}.start_timeout")
-    return DEFAULT_START_TIMEOUT if limit is None else limit
+    return _class_seconds(cls, "start_timeout", "start timeout", ENV_START_TIMEOUT, DEFAULT_START_TIMEOUT, env)
+
+
+def shutdown_timeout(cls: type, env: Mapping[str, str] = os.environ) -> float:
+    """Bound on a graceful world shutdown; ranks still alive after it are killed."""
+    return _class_seconds(cls, "shutdown_timeout", "shutdown timeout", ENV_SHUTDOWN_TIMEOUT,
+                          DEFAULT_SHUTDOWN_TIMEOUT, env)

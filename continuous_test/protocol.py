@@ -40,6 +40,8 @@ class RankSpec:
     rendezvous_file: str
     log_file: str
     env: dict = field(default_factory=dict)
+    # Removed by the rank if the controller dies without cleaning up.
+    cleanup_dirs: tuple = ()
     # "continuous": join the default process group and wait for tests.
     # "single": run one test of a MultiProcessTestCase, then exit.
     role: str = "continuous"

@@ -58,7 +58,13 @@ def _run(case, result, produce) -> None:
         _add_skip(result, case, str(skip))
         return
     except KeyboardInterrupt:
-        raise
+        # Ctrl-C: the world is already stopped.  A unittest runner records the
+        # interrupted test and stops, then reports what ran; pytest handles it itself.
+        if not isinstance(result, unittest.TestResult):
+            raise
+        result.addError(case, sys.exc_info())
+        result.stop()
+        return
     except BaseException:  # noqa: B902 - a world that cannot start is this test's error
         result.addError(case, sys.exc_info())
         return

@@ -133,13 +133,13 @@ class _Channel:
         with self.lock:
             self.conn.send(message)
 
-    def listen(self, world_dir: str) -> None:
+    def listen(self, cleanup_dirs: tuple) -> None:
         """Listener thread body: route commands, answer stack requests, die with the controller."""
         while True:
             try:
                 message = self.conn.recv()
             except (EOFError, OSError):
-                _controller_gone(world_dir)
+                _controller_gone(cleanup_dirs)
                 return
             if isinstance(message, DumpStacks):
                 self.send(Stacks(_CURRENT.rank if _CURRENT else -1, format_stacks()))
@@ -149,9 +149,10 @@ class _Channel:
                 return
 
 
-def _controller_gone(world_dir: str) -> None:
+def _controller_gone(cleanup_dirs: tuple) -> None:
     # The controller died (even SIGKILL closes its pipe end): clean up and leave now.
-    shutil.rmtree(world_dir, ignore_errors=True)
+    for path in cleanup_dirs:
+        shutil.rmtree(path, ignore_errors=True)
     os._exit(EXIT_CONTROLLER_GONE)
 
 
@@ -164,7 +165,7 @@ def rank_main(spec: RankSpec, conn) -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     _CURRENT = RankContext(spec.rank, spec.world_size, int(os.environ["LOCAL_RANK"]), spec)
     channel = _Channel(conn)
-    threading.Thread(target=channel.listen, args=(spec.world_dir,), name="continuous_test-listener", daemon=True).start()
+    threading.Thread(target=channel.listen, args=(spec.cleanup_dirs,), name="continuous_test-listener", daemon=True).start()
     if spec.role == "single":
         from continuous_test.single import run_single
 
@@ -362,16 +363,36 @@ def seed_everything(seed: int) -> None:
 
 
 def format_stacks() -> str:
-    """Python stacks of every thread but the listener, with file, line and function."""
+    """Python stacks of every thread but the listener, with file, line and function.
+
+    Leading frames of the harness (multiprocessing, unittest, this package) are
+    dropped, so a stack starts where the test's own code does.
+    """
     names = {t.ident: t.name for t in threading.enumerate()}
     me = threading.get_ident()
     parts = []
     for ident, frame in sys._current_frames().items():
         if ident == me:
             continue
-        stack = "".join(traceback.format_stack(frame))
+        summary = _trim_harness(traceback.extract_stack(frame))
+        stack = "".join(traceback.format_list(summary))
         parts.append(f"Thread {names.get(ident, ident)} (most recent call last):\n{stack}")
     return "\n".join(parts)
+
+
+_HARNESS_DIRS = tuple(
+    os.path.dirname(m.__file__) + os.sep for m in (unittest, __import__("multiprocessing")) if m.__file__
+) + (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+
+
+def _trim_harness(frames: traceback.StackSummary) -> list:
+    start = 0
+    for i, frame in enumerate(frames):
+        if frame.filename.startswith(_HARNESS_DIRS) or frame.filename.startswith("<"):
+            start = i + 1
+        else:
+            break
+    return list(frames[start:]) if start < len(frames) else list(frames[-3:])
 
 
 def _flush() -> None:

@@ -77,7 +77,6 @@ __all__ = [
     "stop_all",
 ]
 
-SHUTDOWN_TIMEOUT = 10.0
 STACKS_TIMEOUT = 2.0
 KILL_TIMEOUT = 2.0
 
@@ -112,6 +111,8 @@ class RankProcess:
     log_file: str
     log_offset: int = 0
     ready: Optional[Ready] = None
+    # Output read early (before a faulthandler dump) and not yet reported.
+    stash: str = ""
 
     def read_output(self) -> str:
         """What the rank wrote since the last call; the controller calls this per test."""
@@ -120,9 +121,10 @@ class RankProcess:
                 f.seek(self.log_offset)
                 data = f.read()
         except OSError:
-            return ""
+            data = b""
         self.log_offset += len(data)
-        return data.decode("utf-8", "replace")
+        text, self.stash = self.stash + data.decode("utf-8", "replace"), ""
+        return text
 
     def mark_output(self) -> None:
         """Forget output written so far."""
@@ -158,11 +160,16 @@ def start_ranks(
     rendezvous = os.path.join(world_dir, "rendezvous")
     os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT, 0o600))
     env = dict(os.environ)
+    # The forkserver's socket lives in multiprocessing's temp dir: if the
+    # controller is killed, the ranks remove it along with the world's own.
+    from multiprocessing import util
+
+    cleanup = (world_dir, util.get_temp_dir())
     ranks = []
     for rank in range(world_size):
         log_file = os.path.join(world_dir, f"rank{rank}.log")
         spec = RankSpec(rank, world_size, cls.__module__, cls.__qualname__, module_file,
-                        world_dir, rendezvous, log_file, env, role, method)
+                        world_dir, rendezvous, log_file, env, cleanup, role, method)
         parent, child = ctx.Pipe()
         process = ctx.Process(target=rank_main, args=(spec, child), name=f"{cls.__name__}-rank{rank}")
         process.start()
@@ -225,7 +232,7 @@ def collect_stacks(ranks: Sequence[RankProcess], timeout: float = STACKS_TIMEOUT
 def _faulthandler_stacks(handle: RankProcess) -> str:
     # The listener thread could not answer (the GIL is held by C code): ask
     # faulthandler, which dumps every thread without the GIL, into the rank's log.
-    before = handle.log_offset
+    handle.stash += handle.read_output()
     try:
         size_before = os.path.getsize(handle.log_file)
         os.kill(handle.process.pid, signal.SIGUSR1)
@@ -234,11 +241,11 @@ def _faulthandler_stacks(handle: RankProcess) -> str:
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline and os.path.getsize(handle.log_file) == size_before:
         time.sleep(0.02)
-    time.sleep(0.05)
-    handle.log_offset = size_before
-    text = handle.read_output()
-    handle.log_offset = before
-    return "(dumped by faulthandler)\n" + text if text else "(no stacks: the rank did not answer)"
+    time.sleep(0.05)  # let faulthandler finish writing
+    stash, handle.stash = handle.stash, ""
+    dump = handle.read_output()
+    handle.stash = stash
+    return "(dumped by faulthandler)\n" + dump if dump else "(no stacks: the rank did not answer)"
 
 
 class World:
@@ -249,6 +256,7 @@ class World:
         self.world_size = world_size
         self.grace = config.grace_period(cls)
         self.start_timeout = config.start_timeout(cls)
+        self.shutdown_timeout = config.shutdown_timeout(cls)
         self.state = WorldState.NEW
         self.ranks: List[RankProcess] = []
         self.dir: Optional[str] = None
@@ -439,7 +447,7 @@ class World:
                 handle.conn.send(Shutdown())
             except OSError:
                 pass
-        _join_all(self.ranks, SHUTDOWN_TIMEOUT)
+        _join_all(self.ranks, self.shutdown_timeout)
 
 
 def _has_failure(outcome: RankOutcome) -> bool:
