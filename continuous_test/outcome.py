@@ -49,7 +49,7 @@ DIED = "rank {rank} died with {how} while running {test}"
 STUCK = "rank {rank} did not finish {test} within the {grace:g} s grace period after rank(s) {failed} failed"
 TIMED_OUT = "{test} exceeded its time limit of {limit:g} s on rank(s) {ranks}"
 NO_REPORT = "rank {rank} never reported an outcome for {test}"
-INTERRUPTED = "rank {rank} was still running {test} when the world was torn down"
+INTERRUPTED = "rank {rank} was still running {test} {grace:g} s after a peer died"
 
 
 class EventKind(str, enum.Enum):
@@ -385,7 +385,7 @@ def _fault_error(test, world_size, main, faults, outputs, grace, time_limit) -> 
         elif fault.kind is FaultKind.NO_REPORT:
             lines.append(NO_REPORT.format(rank=fault.rank, test=test))
         elif fault.kind is FaultKind.INTERRUPTED:
-            lines.append(INTERRUPTED.format(rank=fault.rank, test=test))
+            lines.append(INTERRUPTED.format(rank=fault.rank, test=test, grace=grace))
     if timed_out and etype is RankStuckError:
         etype = RankTimeoutError
     for fault in sorted(faults, key=lambda f: f.rank):

@@ -141,6 +141,7 @@ class _Wait:
     pending: set
     outcomes: Dict[int, RankOutcome] = field(default_factory=dict)
     faults: List[RankFault] = field(default_factory=list)
+    dead: set = field(default_factory=set)
     grace_deadline: Optional[float] = None
 
 
@@ -366,16 +367,21 @@ class World:
         while state.pending:
             until = min(deadline, state.grace_deadline or deadline)
             conns = [h.conn for h in self.ranks if h.rank in state.pending]
-            ready = wait(conns + list(by_sentinel), max(0.0, until - time.monotonic()))
+            sentinels = [s for s, h in by_sentinel.items() if h.rank not in state.dead]
+            ready = wait(conns + sentinels, max(0.0, until - time.monotonic()))
             if not ready:
-                kind = FaultKind.STUCK if until < deadline else FaultKind.TIMED_OUT
+                if until >= deadline:
+                    kind = FaultKind.TIMED_OUT
+                else:
+                    kind = FaultKind.INTERRUPTED if state.dead else FaultKind.STUCK
                 self._fault_pending(state, kind)
                 return
             for obj in ready:
                 handle = by_sentinel.get(obj) or by_conn[obj]
+                if handle.rank in state.dead:
+                    continue
                 if obj in by_sentinel or not self._receive(handle, state):
                     self._rank_died(handle, state)
-                    return
 
     def _receive(self, handle: RankProcess, state: _Wait) -> bool:
         try:
@@ -385,9 +391,15 @@ class World:
         if isinstance(message, TestDone) and message.seq == self._seq:
             state.outcomes[handle.rank] = message.outcome
             state.pending.discard(handle.rank)
-            if state.grace_deadline is None and _has_failure(message.outcome):
-                state.grace_deadline = time.monotonic() + self.grace
+            if _has_failure(message.outcome):
+                self._start_grace(state)
         return True
+
+    def _start_grace(self, state: _Wait) -> None:
+        # After a first failure or death, the others get a grace period to report
+        # (peers of a dead rank usually fail fast); who has not by then is stuck.
+        if state.grace_deadline is None:
+            state.grace_deadline = time.monotonic() + self.grace
 
     def _fault_pending(self, state: _Wait, kind: FaultKind) -> None:
         handles = [h for h in self.ranks if h.rank in state.pending]
@@ -403,18 +415,9 @@ class World:
     def _rank_died(self, dead: RankProcess, state: _Wait) -> None:
         dead.process.join(1.0)
         state.faults.append(RankFault(dead.rank, FaultKind.DIED, exitcode=dead.process.exitcode))
+        state.dead.add(dead.rank)
         state.pending.discard(dead.rank)
-        survivors = [h for h in self.ranks if h.rank in state.pending]
-        stacks, late = collect_stacks(survivors)
-        for handle in survivors:
-            message = late.get(handle.rank)
-            if isinstance(message, TestDone) and message.seq == self._seq:
-                state.outcomes[handle.rank] = message.outcome
-            elif handle.process.exitcode is not None:
-                state.faults.append(RankFault(handle.rank, FaultKind.DIED, exitcode=handle.process.exitcode))
-            else:
-                state.faults.append(RankFault(handle.rank, FaultKind.INTERRUPTED, stacks=stacks.get(handle.rank)))
-        state.pending.clear()
+        self._start_grace(state)
 
     def _after_test(self, state: _Wait, verdict: Verdict, outputs: Dict[int, str]) -> None:
         if verdict.restart_world:

@@ -91,6 +91,7 @@ def test_rank_died():
     text = str(verdict.error)
     assert text.startswith("rank 1 died with signal SIGSEGV while running T.test")
     assert "rank 0 was still running T.test" in text and "File x" in text
+    assert "after a peer died" in text
 
 
 def test_timeout_and_stuck():

@@ -1,0 +1,160 @@
+"""Fault handling: failing, crashing and hanging ranks never stall or poison the suite."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import helpers
+from helpers import describe, unittest_counts
+
+LEAK_BOUND = 5.0  # seconds; generous, this guards against leaks, not speed
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` runs and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def wait_gone(pids, bound: float = LEAK_BOUND) -> float:
+    start = time.monotonic()
+    while any(alive(p) for p in pids) and time.monotonic() - start < bound:
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def section(output: str, test: str) -> str:
+    """The report block of one failed test in unittest's output."""
+    match = re.search(rf"^(?:ERROR|FAIL): {test} .*?(?=^={{70}}|^-{{70}}\nRan )", output, re.M | re.S)
+    assert match, f"no report for {test}\n{output}"
+    return match.group(0)
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tmp")
+    proc = helpers.python("test_faults.py", "-v", env={"TMPDIR": str(tmp)})
+    return proc, tmp
+
+
+def test_no_poison_pill_every_remaining_test_runs(faults):
+    proc, _ = faults
+    assert proc.returncode == 1, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 16, "failures": 1, "errors": 6}, describe(proc)
+    for name in "acegikmo":
+        assert re.search(rf"test_{name}_healthy .* \.\.\. ok$", proc.stderr, re.M), describe(proc)
+
+
+def test_failure_while_peer_waits_names_stuck_rank_and_where(faults):
+    report = section(faults[0].stderr, "test_b_assert_while_peer_waits")
+    assert "FaultTest.test_b_assert_while_peer_waits failed on rank(s) 0 of 2" in report
+    assert 'self.fail("rank 0 gave up")' in report
+    assert "rank 1 did not finish FaultTest.test_b_assert_while_peer_waits within the 1 s grace period" in report
+    assert re.search(r'rank 1 stacks \(stuck\):\n.*test_faults.py", line \d+, in test_b_assert_while_peer_waits\n'
+                     r".*all_reduce_ones\(\)", report, re.S), report
+
+
+@pytest.mark.parametrize("test, rank, how", [
+    ("test_d_exit_code", 1, "exit code 3"),
+    ("test_f_segfault", 1, "signal SIGSEGV"),
+    ("test_h_abort", 0, "signal SIGABRT"),
+    ("test_j_sigkill", 1, "signal SIGKILL"),
+])
+def test_dead_rank_is_reported_with_survivor_stacks(faults, test, rank, how):
+    report = section(faults[0].stderr, test)
+    assert f"RankDiedError: rank {rank} died with {how} while running FaultTest.{test}" in report
+    # The survivor either failed fast in all_reduce (its traceback is chained) or
+    # was still in it after the grace period (its stacks are attached).
+    survivor = 1 - rank
+    assert f"rank {survivor} stacks (interrupted)" in report or f"[rank {survivor}] Traceback" in report, report
+    assert re.search(r"in all_reduce\n\s+work.wait\(\)", report), report
+
+
+def test_time_limit_reports_every_rank_stack(faults):
+    report = section(faults[0].stderr, "test_l_hang")
+    assert "FaultTest.test_l_hang exceeded its time limit of 3 s on rank(s) 0, 1" in report
+    assert re.search(r'rank 0 stacks \(timed_out\):\n.*line \d+, in test_l_hang\n\s+time.sleep\(600\)', report, re.S)
+    assert re.search(r'rank 1 stacks \(timed_out\):\n.*line \d+, in test_l_hang\n\s+all_reduce_ones\(\)', report, re.S)
+
+
+def test_rank_holding_the_gil_is_dumped_by_faulthandler(faults):
+    report = section(faults[0].stderr, "test_n_hang_holding_the_gil")
+    assert "rank 1 stacks (timed_out):\n    (dumped by faulthandler)" in report
+    assert re.search(r'test_faults.py", line \d+ in test_n_hang_holding_the_gil', report)
+
+
+def test_teardown_that_hangs_is_bounded(faults):
+    proc, _ = faults
+    assert re.search(r"test_teardown_hangs .* \.\.\. ok$", proc.stderr, re.M), describe(proc)
+
+
+def test_nothing_left_in_tmpdir(faults):
+    _, tmp = faults
+    assert os.listdir(tmp) == []
+
+
+def start_hanging(tmp: Path, **popen) -> tuple:
+    pid_dir = tmp / "pids"
+    tmpdir = tmp / "tmp"
+    pid_dir.mkdir()
+    tmpdir.mkdir()
+    env = helpers.scenario_env({"PID_DIR": str(pid_dir), "TMPDIR": str(tmpdir)})
+    proc = subprocess.Popen([sys.executable, "test_hang.py", "-v"], cwd=helpers.SCENARIOS, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **popen)
+    deadline = time.monotonic() + 120
+    while len(list(pid_dir.glob("*.pid"))) < 2:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the hanging test never started"
+        time.sleep(0.05)
+    time.sleep(0.2)
+    pids = [int(p.read_text()) for p in pid_dir.glob("*.pid")]
+    return proc, pids, tmpdir
+
+
+def test_ranks_exit_when_the_controller_is_killed(tmp_path):
+    proc, pids, tmpdir = start_hanging(tmp_path)
+    assert all(alive(p) for p in pids)
+    proc.kill()
+    proc.communicate(timeout=30)
+    elapsed = wait_gone(pids)
+    assert not any(alive(p) for p in pids), f"ranks still alive {elapsed:.1f} s after the controller died"
+    deadline = time.monotonic() + LEAK_BOUND
+    while os.listdir(tmpdir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.listdir(tmpdir) == []
+
+
+def test_ctrl_c_stops_ranks_and_reports_what_ran(tmp_path):
+    proc, pids, tmpdir = start_hanging(tmp_path, start_new_session=True)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0, err
+    assert re.search(r"test_a_quick .* \.\.\. ok$", err, re.M), err
+    assert "KeyboardInterrupt" in err
+    assert unittest_counts(err) == {"ran": 2, "errors": 1}, err
+    wait_gone(pids)
+    assert not any(alive(p) for p in pids)
+    assert os.listdir(tmpdir) == []
+
+
+def test_torchrun_time_limit_dumps_stacks_and_exits():
+    proc = helpers.torchrun("test_hang.py", 2, env={"CONTINUOUS_TEST_TIMEOUT": "3"})
+    assert proc.returncode != 0, describe(proc)
+    output = proc.stdout + proc.stderr
+    assert re.search(r"HangTest.test_b_hang exceeded its time limit of 3 s on rank [01]", output), describe(proc)
+    assert re.search(r'test_hang.py", line \d+, in test_b_hang\n\s+time.sleep\(600\)', output), describe(proc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
