@@ -11,6 +11,8 @@ from typing import Any
 __all__ = [
     "TestCase",
     "MultiProcContinuousTest",
+    "MultiProcessTestCase",
+    "expect_exit",
     "run_tests",
     "timeout",
     "ConfigError",
@@ -18,6 +20,7 @@ __all__ = [
     "RankTimeoutError",
     "RankStuckError",
     "InconsistentSkipError",
+    "UnexpectedEndingError",
     "WorldStartError",
     "update_process_group",
 ]
@@ -26,6 +29,8 @@ __version__ = "0.1.0"
 _WHERE = {
     "TestCase": "continuous_test.case",
     "MultiProcContinuousTest": "continuous_test.case",
+    "MultiProcessTestCase": "continuous_test.multiprocess",
+    "expect_exit": "continuous_test.multiprocess",
     "run_tests": "continuous_test.runner",
     "timeout": "continuous_test.config",
     "ConfigError": "continuous_test.config",
@@ -33,6 +38,7 @@ _WHERE = {
     "RankTimeoutError": "continuous_test.outcome",
     "RankStuckError": "continuous_test.outcome",
     "InconsistentSkipError": "continuous_test.outcome",
+    "UnexpectedEndingError": "continuous_test.outcome",
     "WorldStartError": "continuous_test.world",
     "update_process_group": "continuous_test.ddp",
 }

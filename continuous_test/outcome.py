@@ -35,6 +35,10 @@ __all__ = [
     "RankTimeoutError",
     "RankStuckError",
     "InconsistentSkipError",
+    "UnexpectedEndingError",
+    "ExpectedExit",
+    "RankEnding",
+    "judge_endings",
     "merge",
     "prefix_lines",
     "signal_name",
@@ -132,6 +136,7 @@ class RankOutcome:
     rank: int
     events: List[Event] = field(default_factory=list)
     pg_destroyed: bool = False
+    requested_exit: Optional[int] = None
 
 
 class FaultKind(str, enum.Enum):
@@ -195,9 +200,12 @@ class InconsistentSkipError(AssertionError):
 class RankResult(unittest.TestResult):
     """Records a rank's unittest events as :class:`Event` records; ranks run tests under it."""
 
-    def __init__(self) -> None:
+    def __init__(self, exits_allowed: bool = False) -> None:
         super().__init__()
         self.events: List[Event] = []
+        # MultiProcessTestCase ranks may end a test with sys.exit(code) on purpose.
+        self.exits_allowed = exits_allowed
+        self.requested_exit: Optional[int] = None
 
     def _record(self, kind: EventKind, test, err=None, reason=None, subtest=None) -> None:
         errors = (self._error_record(err, test),) if err is not None else ()
@@ -217,6 +225,9 @@ class RankResult(unittest.TestResult):
         skip = _torch_skip_reason(err[1])
         if skip is not None:
             self._record(EventKind.SKIP, test, reason=skip)
+        elif self.exits_allowed and isinstance(err[1], SystemExit):
+            code = err[1].code
+            self.requested_exit = code if isinstance(code, int) else (0 if code is None else 1)
         else:
             self._record(EventKind.ERROR, test, err)
 
@@ -297,8 +308,12 @@ def merge(
     outputs: Optional[Dict[int, str]] = None,
     grace: float = 0.0,
     time_limit: float = 0.0,
+    note: Optional[str] = None,
 ) -> Verdict:
-    """Merge every rank's outcome for ``test``; the controller calls this once per test."""
+    """Merge every rank's outcome for ``test``; the controller calls this once per test.
+
+    ``note`` ends the report of a fault (the controller says what it does next).
+    """
     outputs = outputs or {}
     units = _units(outcomes)
     main = units.pop(None, {})
@@ -307,7 +322,7 @@ def merge(
     subtests = [(sid, _merge_unit(f"{test} {sid.describe()}", world_size, per_rank, outputs))
                 for sid, per_rank in units.items()]
     if faults:
-        verdict = Verdict("fail", error=_fault_error(test, world_size, main, faults, outputs, grace, time_limit))
+        verdict = Verdict("fail", error=_fault_error(test, world_size, main, faults, outputs, grace, time_limit, note))
     else:
         verdict = _merge_unit(test, world_size, main, outputs)
     verdict.subtests = subtests
@@ -362,7 +377,7 @@ def _failure_error(test, world_size, failed, per_rank, outputs) -> BaseException
     return _chained(records, "\n".join(body))
 
 
-def _fault_error(test, world_size, main, faults, outputs, grace, time_limit) -> BaseException:
+def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, note) -> BaseException:
     lines: List[str] = []
     records: List[Tuple[int, ErrorRecord]] = []
     failed = [r for r, u in sorted(main.items()) if u.status == "fail"]
@@ -393,7 +408,8 @@ def _fault_error(test, world_size, main, faults, outputs, grace, time_limit) -> 
             lines.append(f"rank {fault.rank} stacks ({fault.kind.value}):\n{_indent(fault.stacks)}")
     for rank in sorted(outputs):
         lines.extend(_output_section(rank, outputs))
-    lines.append(f"(world of {world_size} ranks; it is restarted before the next test)")
+    if note:
+        lines.append(note)
     if records and not any(f.kind is FaultKind.DIED for f in faults) and not timed_out:
         return _chained(records, "\n".join(lines))
     error = etype("\n".join(lines))
@@ -435,6 +451,115 @@ def _rebuild(record: ErrorRecord, message: str) -> BaseException:
     if record.is_failure:
         return AssertionError(message)
     return RemoteError(f"{record.type_name}: {message}")
+
+
+# -- endings of fresh ranks (MultiProcessTestCase) ----------------------------------
+
+
+class UnexpectedEndingError(AssertionError):
+    """A rank of a MultiProcessTestCase ended differently from what the test declared."""
+
+
+@dataclass(frozen=True)
+class ExpectedExit:
+    """How ``@expect_exit`` says some ranks end: an exit code or a signal."""
+
+    code: Optional[int] = None
+    signal: Optional[int] = None
+    ranks: Optional[Tuple[int, ...]] = None
+
+    def applies_to(self, rank: int) -> bool:
+        """True if this expectation names ``rank`` (or names no rank, meaning all)."""
+        return self.ranks is None or rank in self.ranks
+
+    def matches(self, exitcode: Optional[int]) -> bool:
+        """True if a process exit code is the declared ending."""
+        return exitcode == (-self.signal if self.signal is not None else self.code)
+
+    def describe(self) -> str:
+        """``exit code 3`` or ``signal SIGABRT``."""
+        return exit_description(-self.signal if self.signal is not None else self.code)
+
+
+@dataclass(frozen=True)
+class RankEnding:
+    """How one fresh rank ended: its exit code and, if it reported one, its outcome."""
+
+    rank: int
+    exitcode: Optional[int]
+    outcome: Optional[RankOutcome] = None
+
+
+UNEXPECTED_ENDING = "{test}: rank(s) {ranks} did not end as expected"
+
+
+def judge_endings(
+    test: str,
+    world_size: int,
+    endings: Dict[int, RankEnding],
+    expected: Optional[ExpectedExit],
+    outputs: Dict[int, str],
+    check_codes: bool = True,
+    faults: Sequence[RankFault] = (),
+    time_limit: float = 0.0,
+) -> Verdict:
+    """Judge the endings of fresh ranks against the declared ones; MultiProcessTestCase calls this."""
+    if faults:
+        outcomes = {r: e.outcome for r, e in endings.items() if e.outcome is not None}
+        return merge(test, world_size, outcomes, faults, outputs, time_limit=time_limit)
+    wrong = [r for r, e in sorted(endings.items()) if check_codes and not _ended_as_declared(e, expected)]
+    if wrong:
+        return Verdict("fail", error=_ending_error(test, endings, expected, outputs, wrong), restart_world=True)
+    skip = _skip_exit(endings, expected)
+    if skip is not None:
+        return Verdict("skip", skip_reason=skip)
+    outcomes = {r: e.outcome for r, e in endings.items()
+                if e.outcome is not None and not (expected and expected.applies_to(r))}
+    return merge(test, world_size, outcomes, outputs=outputs)
+
+
+def _ended_as_declared(ending: RankEnding, expected: Optional[ExpectedExit]) -> bool:
+    if expected is not None and expected.applies_to(ending.rank):
+        return expected.matches(ending.exitcode)
+    if _torch_skip_code_message(ending.exitcode) is not None:
+        return True
+    return ending.exitcode == 0 and ending.outcome is not None
+
+
+def _skip_exit(endings: Dict[int, RankEnding], expected: Optional[ExpectedExit]) -> Optional[str]:
+    for ending in endings.values():
+        if expected is None or not expected.applies_to(ending.rank):
+            message = _torch_skip_code_message(ending.exitcode)
+            if message is not None:
+                return message
+    return None
+
+
+def _ending_error(test, endings, expected, outputs, wrong) -> BaseException:
+    lines = [UNEXPECTED_ENDING.format(test=test, ranks=_ranks(wrong))]
+    records: List[Tuple[int, ErrorRecord]] = []
+    for rank, ending in sorted(endings.items()):
+        want = expected.describe() if expected is not None and expected.applies_to(rank) else "a normal exit"
+        actual = exit_description(ending.exitcode)
+        if rank not in wrong:
+            lines.append(f"rank {rank}: ended with {actual}, as expected")
+            continue
+        errors = [rec for ev in (ending.outcome.events if ending.outcome else ()) for rec in ev.errors]
+        if errors:
+            actual += " after " + "; ".join(rec.headline() for rec in errors)
+            records.extend((rank, rec) for rec in errors)
+        elif ending.outcome is None and ending.exitcode == 0:
+            actual += " without reporting an outcome"
+        lines.append(f"rank {rank}: ended with {actual}; expected {want}")
+    for rank in sorted(outputs):
+        lines.extend(_output_section(rank, outputs))
+    return _chain_causes(UnexpectedEndingError("\n".join(lines)), records)
+
+
+def _torch_skip_code_message(exitcode: Optional[int]) -> Optional[str]:
+    if not exitcode or exitcode < 0:
+        return None
+    return _torch_skip_reason(SystemExit(exitcode))
 
 
 # -- formatting helpers -------------------------------------------------------------

@@ -15,7 +15,7 @@ from unittest.case import _SubTest, _subtest_msg_sentinel  # type: ignore[attr-d
 
 from continuous_test.outcome import SubTestId, Verdict
 
-__all__ = ["run_with", "apply", "short_id"]
+__all__ = ["run_with", "apply", "short_id", "ReprValue"]
 
 # unittest hides frames of modules that define __unittest from tracebacks, so a
 # report starts at the rank's own traceback, not at this replay machinery.
@@ -98,7 +98,7 @@ def apply(case: unittest.TestCase, result: unittest.TestResult, verdict: Verdict
 
 def _apply_subtest(case, result, sid: SubTestId, sub: Verdict) -> None:
     subtest = _SubTest(case, sid.message if sid.message is not None else _subtest_msg_sentinel,
-                       {k: _Repr(v) for k, v in sid.params})
+                       {k: ReprValue(v) for k, v in sid.params})
     if sub.status == "skip":
         _add_skip(result, subtest, sub.skip_reason or "")
     elif sub.status == "fail":
@@ -113,7 +113,7 @@ def _apply_subtest(case, result, sid: SubTestId, sub: Verdict) -> None:
         result.addSubTest(case, subtest, None)
 
 
-class _Repr(str):
+class ReprValue(str):
     """A parameter value whose repr was taken on the rank."""
 
     def __repr__(self) -> str:

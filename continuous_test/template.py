@@ -44,11 +44,14 @@ def start_method() -> str:
 
 def preload_modules() -> List[str]:
     """Modules the template imports before forking any rank."""
-    modules = []
+    modules = ["torch", "torch.distributed", "numpy", "continuous_test.case", "continuous_test.worker"]
     main = sys.modules.get("__main__")
     if getattr(main, "__file__", None) and getattr(main, "__spec__", None) is None:
-        modules.append("__main__")  # a test file run as a script
-    modules += ["torch", "torch.distributed", "numpy", "continuous_test.case", "continuous_test.worker"]
+        # A test file run as a script: the template imports it too.
+        from continuous_test._preload_main import ENV_PRELOAD_MAIN
+
+        os.environ[ENV_PRELOAD_MAIN] = os.path.abspath(main.__file__)
+        modules.append("continuous_test._preload_main")
     return modules
 
 

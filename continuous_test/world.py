@@ -45,6 +45,7 @@ from continuous_test import config, template
 from continuous_test.outcome import (
     ErrorRecord,
     FaultKind,
+    RankEnding,
     RankFault,
     RankOutcome,
     Verdict,
@@ -68,6 +69,7 @@ __all__ = [
     "WorldState",
     "WorldStartError",
     "RankProcess",
+    "FreshRanks",
     "start_ranks",
     "kill_ranks",
     "collect_stacks",
@@ -80,6 +82,7 @@ __all__ = [
 STACKS_TIMEOUT = 2.0
 KILL_TIMEOUT = 2.0
 
+RESTART_NOTE = "(the world of {n} ranks is restarted before the next test)"
 START_FAILED = "{cls}: rank {rank} could not join the world of {world_size}: {error}"
 START_DIED = "{cls}: rank {rank} {how} while starting the world of {world_size}"
 START_TIMEOUT = (
@@ -151,6 +154,7 @@ def start_ranks(
     world_dir: str,
     role: str = "continuous",
     method: Optional[str] = None,
+    rendezvous: Optional[str] = None,
 ) -> List[RankProcess]:
     """Fork ``world_size`` ranks from the template; used by worlds and by MultiProcessTestCase."""
     from continuous_test.worker import rank_main
@@ -158,7 +162,7 @@ def start_ranks(
     ctx = template.get_context()
     module = sys.modules.get(cls.__module__)
     module_file = getattr(module, "__file__", None)
-    rendezvous = os.path.join(world_dir, "rendezvous")
+    rendezvous = rendezvous or os.path.join(world_dir, "rendezvous")
     os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT, 0o600))
     env = dict(os.environ)
     # The forkserver's socket lives in multiprocessing's temp dir: if the
@@ -357,7 +361,7 @@ class World:
             raise
         outputs = {h.rank: h.read_output() for h in self.ranks}
         verdict = merge(test_id, self.world_size, state.outcomes, state.faults, outputs,
-                        grace=self.grace, time_limit=time_limit)
+                        grace=self.grace, time_limit=time_limit, note=RESTART_NOTE.format(n=self.world_size))
         self._after_test(state, verdict, outputs)
         return verdict
 
@@ -474,6 +478,75 @@ def _with_details(text: str, tb: Optional[str], rank: int, output: str) -> str:
     if output.strip():
         text += "\n" + prefix_lines(rank, output).rstrip("\n")
     return text
+
+
+class FreshRanks:
+    """The ranks of one MultiProcessTestCase test: started, awaited until they end, reaped."""
+
+    def __init__(self, cls: type, world_size: int, method: str, world_dir: str, rendezvous: str) -> None:
+        self.cls, self.world_size, self.method = cls, world_size, method
+        self.world_dir, self.rendezvous = world_dir, rendezvous
+        self.ranks: List[RankProcess] = []
+
+    def start(self) -> None:
+        """Fork the ranks; each starts running the test at once."""
+        self.ranks = start_ranks(self.cls, self.world_size, self.world_dir, "single", self.method, self.rendezvous)
+
+    def wait(self, time_limit: float, grace: float) -> Tuple[Dict[int, RankEnding], List[RankFault], Dict[int, str]]:
+        """Wait until every rank ended, or the time limit (or the grace after a failure) expired."""
+        deadline = time.monotonic() + time_limit
+        grace_deadline: Optional[float] = None
+        outcomes: Dict[int, RankOutcome] = {}
+        exited: Dict[int, Optional[int]] = {}
+        open_conns = {h.conn: h for h in self.ranks}
+        sentinels = {h.process.sentinel: h for h in self.ranks}
+        faults: List[RankFault] = []
+        while len(exited) < len(self.ranks):
+            until = min(deadline, grace_deadline or deadline)
+            watched = list(open_conns) + [s for s, h in sentinels.items() if h.rank not in exited]
+            ready = wait(watched, max(0.0, until - time.monotonic()))
+            if not ready:
+                kind = FaultKind.TIMED_OUT if until >= deadline else FaultKind.STUCK
+                faults = self._fault_alive(exited, outcomes, kind)
+                break
+            for obj in ready:
+                if obj in sentinels:
+                    handle = sentinels[obj]
+                    handle.process.join()
+                    self._drain(handle, outcomes)
+                    open_conns.pop(handle.conn, None)
+                    exited[handle.rank] = handle.process.exitcode
+                elif obj in open_conns and not self._drain(open_conns[obj], outcomes):
+                    del open_conns[obj]
+                if grace_deadline is None and any(_has_failure(o) for o in outcomes.values()):
+                    grace_deadline = time.monotonic() + grace
+        endings = {h.rank: RankEnding(h.rank, exited.get(h.rank), outcomes.get(h.rank)) for h in self.ranks}
+        return endings, faults, {h.rank: h.read_output() for h in self.ranks}
+
+    @staticmethod
+    def _drain(handle: RankProcess, outcomes: Dict[int, RankOutcome]) -> bool:
+        """Read what the rank sent; False once its pipe is closed."""
+        try:
+            while handle.conn.poll(0):
+                message = handle.conn.recv()
+                if isinstance(message, TestDone):
+                    outcomes[handle.rank] = message.outcome
+        except (EOFError, OSError):
+            return False
+        return True
+
+    def _fault_alive(self, exited, outcomes, kind: FaultKind) -> List[RankFault]:
+        alive = [h for h in self.ranks if h.rank not in exited]
+        stacks, late = collect_stacks(alive)
+        for rank, message in late.items():
+            if isinstance(message, TestDone):
+                outcomes[rank] = message.outcome
+        return [RankFault(h.rank, kind, stacks=stacks.get(h.rank)) for h in alive]
+
+    def stop(self) -> None:
+        """Kill whatever still runs and reap it."""
+        kill_ranks(self.ranks)
+        self.ranks = []
 
 
 # -- registry -----------------------------------------------------------------------

@@ -1,0 +1,223 @@
+"""``MultiProcessTestCase``: fresh rank processes for every test, for negative tests.
+
+Use it for tests that cannot share a world: destroying or aborting a process
+group, watchdog timeouts, expected non-zero exits and crashes.  Ranks are forked
+from the same template as :class:`~continuous_test.MultiProcContinuousTest` uses,
+so a fresh world costs a fork, not an interpreter start and a torch import.
+
+The surface is torch's: ``setUp`` runs in the controller and may call
+``self._spawn_processes()`` (if it does not, the ranks start just before the
+test); the test method alone runs in each rank, with ``self.rank``,
+``self.world_size`` and ``self.file_name`` (a private rendezvous file unique to
+this test) set.  ``self.init_pg()`` creates the default process group on that
+rendezvous in one call.  The test passes only when every rank ended as declared
+with :func:`expect_exit` (or torch's ``special_return_code_checks``) and every
+other rank ended normally after passing.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal as signal_module
+import tempfile
+import unittest
+from typing import Any, Callable, Iterable, Optional, TypeVar, Union
+
+import torch
+
+from continuous_test import config, replay, worker
+from continuous_test.case import BAD_WORLD_SIZE, TestCase
+from continuous_test.config import ConfigError
+from continuous_test.outcome import ExpectedExit, Verdict, judge_endings
+
+__all__ = ["MultiProcessTestCase", "expect_exit", "BAD_EXPECT_EXIT"]
+
+# Hide this module's frames from unittest tracebacks: reports start at the ranks'.
+__unittest = True
+
+EXPECT_EXIT_ATTR = "__continuous_test_expect_exit__"
+BAD_EXPECT_EXIT = "expect_exit() needs exactly one of code= or signal=, got code={code!r}, signal={signal!r}"
+BAD_SIGNAL = "expect_exit(signal={signal!r}): not a signal; use a number or a name such as 'SIGABRT'"
+BAD_RANKS = "expect_exit(ranks={ranks!r}): ranks must be non-negative ints"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _default_world_size() -> int:
+    # torch's DEFAULT_WORLD_SIZE, so existing files keep their world size.
+    if torch.cuda.is_available():
+        return min(4, max(2, torch.cuda.device_count()))
+    return 4
+
+
+def expect_exit(code: Optional[int] = None, *, signal: Union[int, str, None] = None,
+                ranks: Union[int, Iterable[int], None] = None) -> Callable[[F], F]:
+    """Decorator: the named ranks (all if None) must end with this exit code or signal."""
+    if (code is None) == (signal is None) or (code is not None and (isinstance(code, bool) or not isinstance(code, int))):
+        raise ValueError(BAD_EXPECT_EXIT.format(code=code, signal=signal))
+    expected = ExpectedExit(code=code, signal=_signal_number(signal), ranks=_rank_tuple(ranks))
+
+    def decorate(fn: F) -> F:
+        setattr(fn, EXPECT_EXIT_ATTR, expected)
+        return fn
+
+    return decorate
+
+
+def _signal_number(signal: Union[int, str, None]) -> Optional[int]:
+    if signal is None:
+        return None
+    if isinstance(signal, str):
+        name = signal.upper() if signal.upper().startswith("SIG") else "SIG" + signal.upper()
+        number = getattr(signal_module.Signals, name, None)
+        if number is None:
+            raise ValueError(BAD_SIGNAL.format(signal=signal))
+        return int(number)
+    if isinstance(signal, bool) or not isinstance(signal, int) or signal <= 0:
+        raise ValueError(BAD_SIGNAL.format(signal=signal))
+    return signal
+
+
+def _rank_tuple(ranks: Union[int, Iterable[int], None]) -> Optional[tuple]:
+    if ranks is None:
+        return None
+    values = (ranks,) if isinstance(ranks, int) else tuple(ranks)
+    if not values or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in values):
+        raise ValueError(BAD_RANKS.format(ranks=ranks))
+    return values
+
+
+class MultiProcessTestCase(TestCase):
+    """Each test gets fresh ``world_size`` rank processes; see the module docstring."""
+
+    MAIN_PROCESS_RANK = -1
+    TEST_ERROR_EXIT_CODE = 10
+    test_timeout: Optional[float] = None
+    grace_period: Optional[float] = None
+
+    @property
+    def world_size(self) -> int:
+        """Ranks per test; override as a property or class attribute."""
+        return _default_world_size()
+
+    @property
+    def destroy_pg_upon_exit(self) -> bool:
+        """Whether a rank destroys a default group the test left behind."""
+        return True
+
+    @property
+    def is_master(self) -> bool:
+        """True on rank 0."""
+        return self.rank == 0
+
+    def __init__(self, methodName: str = "runTest") -> None:  # noqa: N803 - unittest's name
+        super().__init__(methodName)
+        self.rank = self.MAIN_PROCESS_RANK
+        self.file_name: Optional[str] = None
+        self._fresh = None
+        self._test_dir: Optional[str] = None
+
+    # -- controller side -------------------------------------------------------------
+
+    def setUp(self) -> None:
+        """Controller-side per-test state, as in torch's class."""
+        super().setUp()
+        self.special_return_code_checks: dict = {}
+        self.skip_return_code_checks: list = []
+        self.processes: list = []
+        self.pid_to_pipe: dict = {}
+        self.rank = self.MAIN_PROCESS_RANK
+        self._make_test_dir()
+
+    def _make_test_dir(self) -> None:
+        if self._test_dir is None:
+            self._test_dir = tempfile.mkdtemp(prefix=f"continuous_test-{type(self).__name__}-")
+            self.file_name = os.path.join(self._test_dir, "rendezvous")
+            self.addCleanup(shutil.rmtree, self._test_dir, True)
+
+    def _spawn_processes(self) -> None:
+        """Start this test's ranks (torch's name); a second call does nothing."""
+        from continuous_test.world import FreshRanks
+
+        if self._fresh is not None:
+            return
+        self._make_test_dir()
+        self._fresh = FreshRanks(type(self), self._checked_world_size(), self._testMethodName,
+                                 self._test_dir, self.file_name)
+        self.addCleanup(self._fresh.stop)
+        self._fresh.start()
+        self.processes = [h.process for h in self._fresh.ranks]
+
+    def _start_processes(self, proc: Any = None) -> None:
+        """torch's name for starting the ranks; the process class argument is ignored."""
+        self._spawn_processes()
+
+    def _checked_world_size(self) -> int:
+        value = self.world_size
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(BAD_WORLD_SIZE.format(cls=type(self).__qualname__, value=value))
+        return value
+
+    def _callSetUp(self) -> None:  # noqa: N802 - unittest's seam
+        if worker.current() is None:
+            super()._callSetUp()
+
+    def _callTearDown(self) -> None:  # noqa: N802 - unittest's seam
+        if worker.current() is None:
+            super()._callTearDown()
+
+    def _callTestMethod(self, method: Callable) -> None:  # noqa: N802 - unittest's seam
+        if worker.current() is not None:
+            super()._callTestMethod(method)
+            return
+        __tracebackhide__ = True  # noqa: F841
+        self._spawn_processes()
+        self._raise_verdict(self._judge())
+
+    def _judge(self) -> Verdict:
+        cls = type(self)
+        fn = getattr(cls, self._testMethodName)
+        expected = getattr(fn, EXPECT_EXIT_ATTR, None)
+        special = _lookup(getattr(self, "special_return_code_checks", {}), fn)
+        if expected is None and special is not None:
+            expected = ExpectedExit(code=special[1])
+        check_codes = _lookup(getattr(self, "skip_return_code_checks", []), fn) is None
+        limit = config.test_time_limit(cls, fn)
+        endings, faults, outputs = self._fresh.wait(limit, config.grace_period(cls))
+        self._fresh.stop()
+        return judge_endings(replay.short_id(self), len(endings), endings, expected, outputs,
+                             check_codes=check_codes, faults=faults, time_limit=limit)
+
+    def _raise_verdict(self, verdict: Verdict) -> None:
+        __tracebackhide__ = True  # noqa: F841 - pytest starts the report at the ranks' tracebacks
+        for sid, sub in verdict.subtests:
+            if sub.status == "pass":
+                continue
+            params = {k: replay.ReprValue(v) for k, v in sid.params}
+            with self.subTest(sid.message, **params) if sid.message is not None else self.subTest(**params):
+                if sub.status == "skip":
+                    raise unittest.SkipTest(sub.skip_reason)
+                raise sub.error
+        if verdict.status == "skip":
+            raise unittest.SkipTest(verdict.skip_reason)
+        if verdict.status == "fail":
+            raise verdict.error
+
+    # -- rank side ---------------------------------------------------------------------
+
+    def init_pg(self, backend: Optional[str] = None, **kwargs: Any):
+        """Create the default process group on this test's own rendezvous; tests call this in a rank."""
+        import torch.distributed as dist
+
+        store = dist.FileStore(self.file_name, self.world_size)
+        dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size, store=store, **kwargs)
+        return dist.distributed_c10d._get_default_group()
+
+
+def _lookup(container, fn: Callable) -> Optional[tuple]:
+    """Find ``fn`` among keys given as functions, bound methods, ``__wrapped__`` or names."""
+    items = container.items() if isinstance(container, dict) else ((k, None) for k in container)
+    for key, value in items:
+        target = getattr(key, "__func__", key)
+        if target is fn or getattr(fn, "__wrapped__", None) is target or key == fn.__name__:
+            return (key, value)
+    return None

@@ -1,0 +1,47 @@
+"""The rank side of a :class:`~continuous_test.multiprocess.MultiProcessTestCase` test.
+
+A fresh rank runs exactly one test method (not ``setUp``/``tearDown``, which run in
+the controller, as in torch's class), reports its outcome, and exits with the code
+the test asked for (``sys.exit(code)``), or 0.  Never imports the controller.
+"""
+from __future__ import annotations
+
+import unittest
+from typing import Callable
+
+from continuous_test.outcome import ErrorRecord, Event, EventKind, RankOutcome, RankResult
+from continuous_test.protocol import RankSpec, TestDone
+
+__all__ = ["run_single"]
+
+
+def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
+    """Run ``spec.method`` on this rank, send its outcome, and return the exit code."""
+    from continuous_test import worker
+
+    try:
+        cls = worker.import_test_class(spec.module, spec.qualname, spec.module_file)
+        case = cls(spec.method)
+    except BaseException as exc:  # noqa: B902 - reported as this rank's error
+        event = Event(EventKind.ERROR, errors=(ErrorRecord.from_exception(exc),))
+        send(TestDone(spec.rank, 0, RankOutcome(spec.rank, [event])))
+        return 1
+    case.rank = spec.rank
+    case.file_name = spec.rendezvous_file
+    worker.seed_everything(worker.SEED)
+    result = RankResult(exits_allowed=True)
+    unittest.TestCase.run(case, result)
+    _maybe_destroy(case)
+    outcome = RankOutcome(spec.rank, result.events, requested_exit=result.requested_exit)
+    send(TestDone(spec.rank, 0, outcome))
+    return result.requested_exit or 0
+
+
+def _maybe_destroy(case) -> None:
+    import torch.distributed as dist
+
+    if getattr(case, "destroy_pg_upon_exit", True) and dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # a group the test broke on purpose; the process ends anyway
+            pass

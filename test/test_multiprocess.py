@@ -1,0 +1,113 @@
+"""MultiProcessTestCase and the rank template, end to end."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+import helpers
+from continuous_test import expect_exit
+from continuous_test.multiprocess import BAD_EXPECT_EXIT
+from helpers import describe, pytest_counts, unittest_counts
+from test_faults import section
+
+
+@pytest.fixture(scope="module")
+def negative(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tmp")
+    return helpers.python("test_negative.py", "-v", env={"TMPDIR": str(tmp)}), tmp
+
+
+def test_counts(negative):
+    proc, _ = negative
+    assert unittest_counts(proc.stderr) == {"ran": 15, "failures": 3, "errors": 1, "skipped": 2}, describe(proc)
+
+
+@pytest.mark.parametrize("test", [
+    "test_init_all_reduce_destroy", "test_destroy_and_recreate", "test_expected_exit_code",
+    "test_expected_signal_on_all", "test_expected_segfault_on_rank_0", "test_rank_attributes",
+    "test_per_test_init", "test_special_return_code", "test_skipped_return_code",
+])
+def test_passing_endings(negative, test):
+    assert re.search(rf"^{test} .* \.\.\. ok$", negative[0].stderr, re.M), describe(negative[0])
+
+
+def test_wrong_ending_reports_every_rank_and_output(negative):
+    report = section(negative[0].stderr, "test_wrong_ending")
+    assert "NegativeTest.test_wrong_ending: rank(s) 1 did not end as expected" in report
+    assert "rank 0: ended with exit code 0, as expected" in report
+    assert "rank 1: ended with exit code 4; expected exit code 3" in report
+    assert "[rank0] rank 0 about to end" in report and "[rank1] rank 1 about to end" in report
+
+
+def test_unexpected_crash(negative):
+    report = section(negative[0].stderr, "test_unexpected_crash")
+    assert "rank 0: ended with exit code 7; expected a normal exit" in report
+
+
+def test_failure_and_skips(negative):
+    err = negative[0].stderr
+    assert "NegativeTest.test_failure_on_one_rank failed on rank(s) 1 of 2 (rank 0 passed)" in err
+    assert "test_skip_on_every_rank (__main__.NegativeTest.test_skip_on_every_rank) ... skipped 'not today'" in err
+    assert "skipped 'Need at least 4 CUDA devices'" in err
+
+
+def test_time_limit_kills_and_reports_stacks(negative):
+    report = section(negative[0].stderr, "test_hang")
+    assert "SlowNegativeTest.test_hang exceeded its time limit of 3 s on rank(s) 1" in report
+    assert re.search(r'line \d+, in test_hang\n\s+time.sleep\(600\)', report)
+
+
+def test_nothing_left_behind(negative):
+    # torch itself may create a torchinductor_<user> cache directory; that is not ours.
+    assert [p for p in os.listdir(negative[1]) if not p.startswith("torchinductor_")] == []
+
+
+def test_negative_tests_under_pytest():
+    proc = helpers.pytest("test_negative.py", "-k", "test_expected or init or TorchStyle")
+    assert proc.returncode == 0, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 7, "deselected": 8}, describe(proc)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"code": 1, "signal": 6}, {"code": True}])
+def test_expect_exit_needs_one_ending(kwargs):
+    with pytest.raises(ValueError) as info:
+        expect_exit(**kwargs)
+    assert str(info.value) == BAD_EXPECT_EXIT.format(code=kwargs.get("code"), signal=kwargs.get("signal"))
+
+
+def test_expect_exit_rejects_bad_signal_and_ranks():
+    with pytest.raises(ValueError, match="not a signal"):
+        expect_exit(signal="SIGNOPE")
+    with pytest.raises(ValueError, match="ranks must be non-negative ints"):
+        expect_exit(1, ranks=[-1])
+
+
+def test_template_has_no_cuda_initialized():
+    proc = helpers.python("test_template.py", "-v")
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
+
+
+def test_template_cuda_flag_is_read_from_the_template():
+    # The scenario fakes CUDA initialization at import time, which happens in the
+    # template: the ranks must see the flag set.
+    proc = helpers.python("test_template.py", "-v", env={"FAKE_CUDA_INIT_IN_TEMPLATE": "1"})
+    assert proc.returncode == 0, describe(proc)
+
+
+def test_spawn_fallback():
+    proc = helpers.python("test_template.py", env={"CONTINUOUS_TEST_START_METHOD": "spawn"})
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
+
+
+def test_bad_start_method_is_named():
+    proc = helpers.python("test_template.py", env={"CONTINUOUS_TEST_START_METHOD": "thread"})
+    assert proc.returncode == 1, describe(proc)
+    assert "Invalid start method 'thread' from CONTINUOUS_TEST_START_METHOD environment variable" in proc.stderr
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
