@@ -13,6 +13,7 @@ setup(
     extras_require={"test": ["pytest>=7", "pytest-xdist"]},
     entry_points={
         "console_scripts": ["continuous-test-lint=continuous_test.lint:main"],
+        "pytest11": ["continuous_test.pytest_plugin = continuous_test.pytest_plugin"],
     },
     classifiers=[
         "Framework :: Pytest",

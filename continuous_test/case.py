@@ -144,8 +144,12 @@ class MultiProcContinuousTest(TestCase):
 
     @classmethod
     def _resolve_world_size(cls) -> int:
-        attr = inspect.getattr_static(cls, "world_size", None)
-        value = attr.fget(object.__new__(cls)) if isinstance(attr, property) else cls.world_size
+        from continuous_test import config
+
+        value = config.world_size_override(cls)
+        if value is None:
+            attr = inspect.getattr_static(cls, "world_size", None)
+            value = attr.fget(object.__new__(cls)) if isinstance(attr, property) else cls.world_size
         if value is None or value == -2:  # -2 is torch's "unset"
             return cls._default_world_size()
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

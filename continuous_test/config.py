@@ -4,7 +4,8 @@ Per-test time limit, highest precedence first:
 
 1. the command line (``--ct-timeout`` of the pytest plugin, via :func:`set_cli_timeout`);
 2. the ``CONTINUOUS_TEST_TIMEOUT`` environment variable;
-3. the ``@continuous_test.timeout(seconds)`` decorator on the test;
+3. a ``ct_timeout(seconds)`` pytest marker, then the ``@continuous_test.timeout(seconds)``
+   decorator on the test;
 4. the ``test_timeout`` class attribute;
 5. :data:`DEFAULT_TEST_TIMEOUT`.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypeVar
 
 __all__ = [
     "ConfigError",
@@ -40,6 +41,10 @@ __all__ = [
     "start_timeout",
     "shutdown_timeout",
     "set_cli_timeout",
+    "set_cli_world_size",
+    "mark_world_size",
+    "mark_timeout",
+    "world_size_override",
 ]
 
 DEFAULT_TEST_TIMEOUT = 300.0
@@ -59,6 +64,10 @@ TIMEOUT_ATTR = "__continuous_test_timeout__"
 
 F = TypeVar("F", bound=Callable[..., Any])
 _cli_timeout: Optional[float] = None
+_cli_world_size: Optional[int] = None
+# Set from pytest markers: per class world sizes and per test time limits.
+_marked_world_sizes: Dict[type, int] = {}
+_marked_timeouts: Dict[Tuple[type, str], float] = {}
 
 
 class ConfigError(ValueError):
@@ -93,6 +102,36 @@ def set_cli_timeout(seconds: Optional[float]) -> None:
     _cli_timeout = None if seconds is None else parse_seconds(seconds, "timeout", "the --ct-timeout option")
 
 
+def set_cli_world_size(world_size: Optional[int]) -> None:
+    """Install the command-line world size; the pytest plugin calls this at configure time."""
+    global _cli_world_size
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size <= 0):
+        raise ConfigError(f"Invalid world size {world_size!r} from the --ct-world-size option: expected a positive int")
+    _cli_world_size = world_size
+
+
+def mark_world_size(cls: type, world_size: int, source: str) -> None:
+    """Record a ``world_size`` marker for ``cls``; the pytest plugin calls this at collection."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size <= 0:
+        raise ConfigError(f"Invalid world size {world_size!r} from {source}: expected a positive int")
+    _marked_world_sizes[cls] = world_size
+
+
+def mark_timeout(cls: type, name: str, seconds: Any, source: str) -> None:
+    """Record a per-test time limit marker; the pytest plugin calls this at collection."""
+    _marked_timeouts[(cls, name)] = parse_seconds(seconds, "timeout", source)
+
+
+def world_size_override(cls: type) -> Optional[int]:
+    """The world size the command line or a marker imposes on ``cls``, if any."""
+    if _cli_world_size is not None:
+        return _cli_world_size
+    for klass in getattr(cls, "__mro__", (cls,)):
+        if klass in _marked_world_sizes:
+            return _marked_world_sizes[klass]
+    return None
+
+
 def _env_seconds(name: str, env: Mapping[str, str], what: str) -> Optional[float]:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
@@ -105,6 +144,8 @@ def test_time_limit(cls: type, method: Optional[Callable], env: Mapping[str, str
     limit = _cli_timeout
     if limit is None:
         limit = _env_seconds(ENV_TIMEOUT, env, "timeout")
+    if limit is None and method is not None:
+        limit = _marked_timeouts.get((cls, getattr(method, "__name__", "")))
     if limit is None and method is not None:
         limit = getattr(method, TIMEOUT_ATTR, None)
     if limit is None and getattr(cls, "test_timeout", None) is not None:

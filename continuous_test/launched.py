@@ -16,11 +16,13 @@ the launcher ends the job instead of hanging.
 """
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import os
 import pickle
 import sys
 import threading
+import time
 import unittest
 from dataclasses import dataclass
 from datetime import timedelta
@@ -30,7 +32,15 @@ from continuous_test import config, replay, worker
 from continuous_test.launch import Launch
 from continuous_test.outcome import FaultKind, RankFault, RankOutcome, Verdict, merge
 
-__all__ = ["run_in_place", "WORLD_SIZE_MISMATCH", "TIME_LIMIT_EXCEEDED", "EXIT_TIME_LIMIT"]
+__all__ = [
+    "run_in_place",
+    "run_case_in_place",
+    "RendezvousError",
+    "WORLD_SIZE_MISMATCH",
+    "NEVER_ARRIVED",
+    "TIME_LIMIT_EXCEEDED",
+    "EXIT_TIME_LIMIT",
+]
 
 WORLD_SIZE_MISMATCH = (
     "{cls} needs world_size={needed} but the launcher started WORLD_SIZE={launched} ranks; "
@@ -41,6 +51,17 @@ TIME_LIMIT_EXCEEDED = (
     "stacks of all threads follow, then this rank exits with code {code}"
 )
 EXIT_TIME_LIMIT = 75
+# Hide this module's frames from unittest tracebacks: its errors speak for themselves.
+__unittest = True
+NO_STORE = (
+    "cannot reach the rendezvous store of {owner} at {where} within {seconds:g} s ({error}); "
+    "check MASTER_ADDR/MASTER_PORT or the rendezvous endpoint (CONTINUOUS_TEST_START_TIMEOUT sets this limit)"
+)
+NEVER_ARRIVED = (
+    "rank(s) {ranks} of {world_size} never arrived at the rendezvous at {where} within {seconds:g} s; "
+    "check that every node was launched with the same --nnodes/--nproc-per-node and rendezvous endpoint "
+    "(CONTINUOUS_TEST_START_TIMEOUT sets this limit)"
+)
 EXCHANGE_MARGIN = 60.0
 
 
@@ -54,14 +75,21 @@ class _Joined:
 
 
 _joined: Optional[_Joined] = None
+_join_error: Optional[BaseException] = None
+_unhealthy = False
+
+
+class RendezvousError(RuntimeError):
+    """Launched ranks could not all meet; the message names the ranks that never arrived."""
 
 
 def run_in_place(case: unittest.TestCase, result, launch: Launch):
     """Run ``case`` on this rank and record the verdict merged across all ranks."""
-    return replay.run_with(case, result, lambda: _run(case, launch))
+    return replay.run_with(case, result, lambda: run_case_in_place(case, launch, replay.short_id(case)))
 
 
-def _run(case, launch: Launch) -> Verdict:
+def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Verdict:
+    """Run one test on this launched rank; return the verdict merged across all ranks."""
     cls = type(case)
     needed = cls._resolve_world_size()
     if needed != launch.world_size:
@@ -70,29 +98,85 @@ def _run(case, launch: Launch) -> Verdict:
     joined = _join(cls, launch)
     joined.seq += 1
     case.rank = launch.rank
-    test = replay.short_id(case)
     limit = config.test_time_limit(cls, getattr(case, case._testMethodName))
     with _time_limit(test, limit, launch.rank):
         outcome = worker.run_case(case, launch.rank)
     outcomes, faults = _exchange(joined, outcome, test, launch, limit)
+    if faults:
+        global _unhealthy
+        _unhealthy = True  # a peer hung or died: destroying the group at exit could hang
     if any(o.pg_destroyed for o in outcomes.values()):
         _rejoin(cls, joined, launch)
     return merge(test, launch.world_size, outcomes, faults, time_limit=limit)
 
 
 def _join(cls, launch: Launch) -> _Joined:
-    global _joined
+    global _joined, _join_error
     import torch.distributed as dist
 
-    if _joined is None:
-        store, _, _ = next(dist.rendezvous("env://", timeout=cls.timeout))
-        _joined = _Joined(store=store)
-    cls.rank = launch.rank
-    if not dist.is_initialized():
-        _init(cls, _joined, launch, "default_pg")
-    if launch.is_launcher and os.environ.get("LOCAL_RANK") is not None:
-        os.environ.setdefault("LOCAL_WORLD_SIZE", str(launch.local_world_size))
+    if _join_error is not None:
+        raise RendezvousError(str(_join_error))
+    try:
+        if _joined is None:
+            timeout = config.start_timeout(cls)
+            store = _launcher_store(launch, timeout)
+            _await_everyone(store, launch, timeout)
+            _joined = _Joined(store=store)
+            atexit.register(_leave)
+        cls.rank = launch.rank
+        if not dist.is_initialized():
+            _init(cls, _joined, launch, "default_pg")
+    except Exception as exc:
+        _join_error = exc
+        if launch.rank != 0:  # only rank 0 prints a report; this error must not go unseen
+            print(f"continuous_test: rank {launch.rank}: {exc}", file=sys.stderr, flush=True)
+        raise
     return _joined
+
+
+def _launcher_store(launch: Launch, timeout: float):
+    """A client of the launcher's store (torchrun's agent), or rank 0 hosting one (srun).
+
+    Unlike ``env://``, the host does not block until every rank connected: the
+    arrival check below waits instead, and can say who never came.
+    """
+    import torch.distributed as dist
+
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    host = not agent and launch.rank == 0
+    try:
+        return dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size if host else None, host,
+                             timedelta(seconds=timeout), wait_for_workers=False, multi_tenant=True)
+    except Exception as exc:
+        owner = "the launcher's agent" if agent else "rank 0"
+        raise RendezvousError(NO_STORE.format(owner=owner, where=f"{launch.master_addr}:{launch.master_port}",
+                                              seconds=timeout, error=exc)) from exc
+
+
+def _await_everyone(store, launch: Launch, timeout: float) -> None:
+    """Wait until every rank announced itself in the store; name those that never did."""
+    import torch.distributed as dist
+
+    arrivals = dist.PrefixStore("continuous_test/arrived", store)
+    arrivals.set(str(launch.rank), "1")
+    deadline = time.monotonic() + timeout
+    missing = [str(r) for r in range(launch.world_size)]
+    while missing and time.monotonic() < deadline:
+        missing = [r for r in missing if not arrivals.check([r])]
+        if missing:
+            time.sleep(0.05)
+    if missing:
+        where = f"{launch.master_addr}:{launch.master_port}"
+        raise RendezvousError(NEVER_ARRIVED.format(ranks=", ".join(missing), world_size=launch.world_size,
+                                                   where=where, seconds=timeout))
+
+
+def _leave() -> None:
+    """At exit, destroy the default group if the last test left the world healthy."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and not _unhealthy:
+        dist.destroy_process_group()
 
 
 def _init(cls, joined: _Joined, launch: Launch, prefix: str) -> None:

@@ -152,7 +152,8 @@ class MultiProcessTestCase(TestCase):
         self._spawn_processes()
 
     def _checked_world_size(self) -> int:
-        value = self.world_size
+        override = config.world_size_override(type(self))
+        value = self.world_size if override is None else override
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(BAD_WORLD_SIZE.format(cls=type(self).__qualname__, value=value))
         return value

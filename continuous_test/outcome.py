@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import sys
 import traceback
 import unittest
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ __all__ = [
     "FaultKind",
     "RankFault",
     "Verdict",
+    "RankReport",
     "RankResult",
     "RemoteTraceback",
     "RemoteError",
@@ -160,6 +162,28 @@ class RankFault:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class RankReport:
+    """One rank's part of a failure report; merged errors carry them as ``ct_ranks``."""
+
+    status: str  # passed, skipped, failed, died, stuck, timed_out, interrupted, ...
+    detail: str = ""
+    output: str = ""
+
+
+def _attach(error: BaseException, statuses: Dict[int, Tuple[str, str]], outputs: Dict[int, str]) -> BaseException:
+    """Attach per-rank reports to a merged error, for the pytest plugin's report sections."""
+    error.ct_ranks = {r: RankReport(status, detail, outputs.get(r, ""))  # type: ignore[attr-defined]
+                      for r, (status, detail) in sorted(statuses.items())}
+    return error
+
+
+def _status_of(unit: "_RankUnit") -> Tuple[str, str]:
+    if unit.status == "fail":
+        return "failed", "\n".join(rec.traceback.rstrip() for rec in unit.errors)
+    return ("skipped", unit.reason or "") if unit.status == "skip" else ("passed", "")
+
+
 # -- exceptions that appear in reports ---------------------------------------------
 
 
@@ -259,7 +283,10 @@ def subtest_id(test) -> Optional[SubTestId]:
 
 
 def _torch_skip_reason(exc: BaseException) -> Optional[str]:
-    """Map torch's ``sys.exit(TEST_SKIPS[...].exit_code)`` idiom to a skip reason."""
+    """Map ``pytest.skip()`` and torch's ``sys.exit(TEST_SKIPS[...].exit_code)`` to a skip reason."""
+    outcomes = sys.modules.get("_pytest.outcomes")
+    if outcomes is not None and isinstance(exc, outcomes.Skipped):
+        return str(getattr(exc, "msg", exc))
     if not isinstance(exc, SystemExit) or not isinstance(exc.code, int):
         return None
     try:
@@ -352,7 +379,9 @@ def _merge_unit(test: str, world_size: int, per_rank: Dict[int, _RankUnit], outp
         ran = sorted(set(per_rank) - set(skipped))
         msg = INCONSISTENT_SKIP.format(test=test, skipped=_ranks(skipped), ran=_ranks(ran))
         reasons = "".join(f"\n  rank {r}: {why}" for r, why in sorted(skipped.items()))
-        return Verdict("fail", error=InconsistentSkipError(msg + "\nSkip reasons:" + reasons))
+        error = InconsistentSkipError(msg + "\nSkip reasons:" + reasons)
+        statuses = {r: _status_of(u) for r, u in per_rank.items()}
+        return Verdict("fail", error=_attach(error, statuses, outputs))
     if skipped:
         reasons = sorted(set(skipped.values()), key=str)
         if len(reasons) == 1:
@@ -374,7 +403,8 @@ def _failure_error(test, world_size, failed, per_rank, outputs) -> BaseException
             records.append((rank, record))
     for rank in sorted(outputs):
         body.extend(_output_section(rank, outputs))
-    return _chained(records, "\n".join(body))
+    statuses = {r: _status_of(u) for r, u in per_rank.items()}
+    return _attach(_chained(records, "\n".join(body)), statuses, outputs)
 
 
 def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, note) -> BaseException:
@@ -410,10 +440,13 @@ def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, not
         lines.extend(_output_section(rank, outputs))
     if note:
         lines.append(note)
+    statuses = {r: _status_of(u) for r, u in main.items()}
+    for fault in faults:
+        detail = exit_description(fault.exitcode) if fault.kind is FaultKind.DIED else (fault.stacks or "")
+        statuses[fault.rank] = (fault.kind.value, detail)
     if records and not any(f.kind is FaultKind.DIED for f in faults) and not timed_out:
-        return _chained(records, "\n".join(lines))
-    error = etype("\n".join(lines))
-    return _chain_causes(error, records)
+        return _attach(_chained(records, "\n".join(lines)), statuses, outputs)
+    return _attach(_chain_causes(etype("\n".join(lines)), records), statuses, outputs)
 
 
 def _output_section(rank: int, outputs: Dict[int, str]) -> List[str]:
@@ -538,11 +571,13 @@ def _skip_exit(endings: Dict[int, RankEnding], expected: Optional[ExpectedExit])
 def _ending_error(test, endings, expected, outputs, wrong) -> BaseException:
     lines = [UNEXPECTED_ENDING.format(test=test, ranks=_ranks(wrong))]
     records: List[Tuple[int, ErrorRecord]] = []
+    statuses: Dict[int, Tuple[str, str]] = {}
     for rank, ending in sorted(endings.items()):
         want = expected.describe() if expected is not None and expected.applies_to(rank) else "a normal exit"
         actual = exit_description(ending.exitcode)
         if rank not in wrong:
             lines.append(f"rank {rank}: ended with {actual}, as expected")
+            statuses[rank] = ("ended as expected", actual)
             continue
         errors = [rec for ev in (ending.outcome.events if ending.outcome else ()) for rec in ev.errors]
         if errors:
@@ -551,9 +586,10 @@ def _ending_error(test, endings, expected, outputs, wrong) -> BaseException:
         elif ending.outcome is None and ending.exitcode == 0:
             actual += " without reporting an outcome"
         lines.append(f"rank {rank}: ended with {actual}; expected {want}")
+        statuses[rank] = ("unexpected ending", f"ended with {actual}; expected {want}")
     for rank in sorted(outputs):
         lines.extend(_output_section(rank, outputs))
-    return _chain_causes(UnexpectedEndingError("\n".join(lines)), records)
+    return _attach(_chain_causes(UnexpectedEndingError("\n".join(lines)), records), statuses, outputs)
 
 
 def _torch_skip_code_message(exitcode: Optional[int]) -> Optional[str]:

@@ -55,6 +55,8 @@ class RunTest:
     method: str
     seq: int
     reinit: Optional[int] = None
+    # Arguments for the test (parametrized pytest functions); None for unittest methods.
+    kwargs: Optional[dict] = None
 
 
 @dataclass(frozen=True)

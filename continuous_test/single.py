@@ -21,6 +21,7 @@ def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
 
     try:
         cls = worker.import_test_class(spec.module, spec.qualname, spec.module_file)
+        worker.set_world_size(cls, spec.world_size)
         case = cls(spec.method)
     except BaseException as exc:  # noqa: B902 - reported as this rank's error
         event = Event(EventKind.ERROR, errors=(ErrorRecord.from_exception(exc),))

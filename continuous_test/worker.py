@@ -54,6 +54,7 @@ __all__ = [
     "current",
     "rank_main",
     "run_case",
+    "set_world_size",
     "import_test_class",
     "format_stacks",
     "seed_everything",
@@ -194,7 +195,7 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
             break
         if message.reinit is not None:
             _reinit_world(cls, spec, message.reinit)
-        outcome = run_one(cls, message.method, spec)
+        outcome = run_one(cls, message, spec)
         channel.send(TestDone(spec.rank, message.seq, outcome))
     _leave_world()
 
@@ -282,7 +283,7 @@ def _load_from_file(module: str, path: str):
 
 def _join_world(cls: type, spec: RankSpec, rendezvous_file: str) -> None:
     cls.rank = spec.rank
-    _set_class_world_size(cls, spec.world_size)
+    set_world_size(cls, spec.world_size)
     device = cls._resolve_device_type()
     if device != "cpu":
         if device == "cuda" and template_cuda_initialized():
@@ -291,11 +292,14 @@ def _join_world(cls: type, spec: RankSpec, rendezvous_file: str) -> None:
     cls._init_pg(spec.rank, spec.world_size, rendezvous_file)
 
 
-def _set_class_world_size(cls: type, world_size: int) -> None:
-    import inspect
+def set_world_size(cls: type, world_size: int) -> None:
+    """Make ``cls.world_size`` the launched size in this rank, even where it was a property.
 
-    if not isinstance(inspect.getattr_static(cls, "world_size", None), property):
-        cls.world_size = world_size
+    The size a world was started with may come from an override (command line,
+    marker) that the class itself does not know about; the rank process is
+    dedicated to this class, so replacing the attribute here is safe.
+    """
+    cls.world_size = world_size
 
 
 def _reinit_world(cls: type, spec: RankSpec, generation: int) -> None:
@@ -308,10 +312,12 @@ def _reinit_world(cls: type, spec: RankSpec, generation: int) -> None:
     cls._init_pg(spec.rank, spec.world_size, path)
 
 
-def run_one(cls: type, method: str, spec: RankSpec) -> RankOutcome:
+def run_one(cls: type, message: RunTest, spec: RankSpec) -> RankOutcome:
     """Run one test method of a dispatcher world on this rank."""
-    case = cls(method)
+    case = cls(message.method)
     case.rank = spec.rank
+    if message.kwargs is not None:
+        case.call_kwargs = message.kwargs
     return run_case(case, spec.rank)
 
 

@@ -346,12 +346,13 @@ class World:
 
     # -- running tests ------------------------------------------------------------
 
-    def run_test(self, method: str, test_id: str, time_limit: float) -> Verdict:
+    def run_test(self, method: str, test_id: str, time_limit: float, kwargs: Optional[dict] = None) -> Verdict:
         """Run one test on every rank and merge the outcomes into a verdict."""
         self._seq += 1
+        message = RunTest(method, self._seq, self._reinit, kwargs)
         for handle in self.ranks:
             handle.mark_output()
-            handle.conn.send(RunTest(method, self._seq, self._reinit))
+            handle.conn.send(message)
         self._reinit = None
         state = _Wait(pending=set(range(self.world_size)))
         try:

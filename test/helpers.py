@@ -78,7 +78,8 @@ def pytest_counts(output: str) -> Dict[str, int]:
     counts: Dict[str, int] = {}
     if line:
         for number, word in re.findall(r"(\d+) (\w+)", line[-1]):
-            counts[word] = int(number)
+            if not word.startswith("warning"):
+                counts[word] = int(number)
     return counts
 
 

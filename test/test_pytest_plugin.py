@@ -1,0 +1,124 @@
+"""The pytest plugin, @distributed functions and pytest-xdist, driven through real pytest runs."""
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+import helpers
+from helpers import describe, pytest_counts
+
+
+@pytest.fixture(scope="module")
+def functions(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("functions")
+    pid_log = tmp / "pids"
+    junit = tmp / "junit.xml"
+    proc = helpers.pytest("test_functions.py", "-vv", f"--junitxml={junit}", "--durations=3",
+                          env={"PID_LOG": str(pid_log)})
+    return proc, pid_log, junit
+
+
+def test_function_outcomes(functions):
+    proc, _, _ = functions
+    assert proc.returncode == 1, describe(proc)
+    assert pytest_counts(proc.stdout) == {"failed": 2, "passed": 8, "skipped": 2}, describe(proc)
+    for name in ["test_all_reduce", "test_parametrized[1]", "test_parametrized[3]", "test_other_world_size",
+                 "test_fixture_values_reach_the_ranks", "test_after_faults_still_runs"]:
+        assert re.search(rf"::{re.escape(name)} PASSED", proc.stdout), describe(proc)
+    assert re.search(r"::test_skips_on_every_rank SKIPPED \(not on this", proc.stdout), describe(proc)
+    assert re.search(r"::test_skip_marker SKIPPED \(decided before", proc.stdout), describe(proc)
+
+
+def test_functions_of_a_module_share_one_world(functions):
+    _, pid_log, _ = functions
+    lines = pid_log.read_text().splitlines()
+    assert len(lines) == 2 and lines[0] == lines[1], lines
+
+
+def test_report_has_a_section_per_failing_rank(functions):
+    out = functions[0].stdout
+    block = out.split("test_fails_on_rank_1 ___", 1)[1].split("___ test_hangs_on_rank_0", 1)[0]
+    assert "test_fails_on_rank_1 failed on rank(s) 1 of 2 (rank 0 passed)" in block
+    assert re.search(r"-+ rank 1: failed -+\nTraceback", block), block
+    assert "--- output of rank 1 ---\noutput of rank 1" in block
+    assert re.search(r"-+ other ranks -+\nrank 0: passed", block), block
+    hang = out.split("test_hangs_on_rank_0 ___", 1)[1]
+    assert re.search(r"-+ rank 0: timed out -+\n.*time.sleep\(600\)", hang, re.S), hang
+
+
+def test_junitxml_records_failing_ranks(functions):
+    _, _, junit = functions
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    props = {p.get("name"): p.get("value") for p in cases["test_fails_on_rank_1"].iter("property")}
+    assert props == {"failing_ranks": "1"}
+    assert cases["test_fails_on_rank_1"].find("failure") is not None
+    assert cases["test_all_reduce"].find("failure") is None
+
+
+def test_durations_option(functions):
+    assert "slowest 3 durations" in functions[0].stdout
+
+
+def test_last_failed_reruns_only_failures(tmp_path):
+    cache = ["-p", "cacheprovider", "-o", f"cache_dir={tmp_path}"]
+    first = helpers.pytest("test_outcomes.py", "-k", "OutcomeTest", *cache)
+    # 4 failed tests and one failed subtest; pytest (like for plain unittest) reruns the 4.
+    assert pytest_counts(first.stdout).get("failed") == 5, describe(first)
+    again = helpers.pytest("test_outcomes.py", "-k", "OutcomeTest", "--lf", *cache)
+    assert pytest_counts(again.stdout) == {"failed": 4, "deselected": 7}, describe(again)
+
+
+def test_markers_override_world_size_and_time_limit():
+    proc = helpers.pytest("test_markers.py")
+    assert pytest_counts(proc.stdout) == {"failed": 1, "passed": 3}, describe(proc)
+    assert "PlainWorldTest.test_time_limit_from_marker exceeded its time limit of 1 s" in proc.stdout
+
+
+def test_command_line_overrides_markers_and_classes():
+    proc = helpers.pytest("test_markers.py", "--ct-world-size", "4", "--ct-timeout", "2",
+                          env={"EXPECTED_WORLD_SIZE": "4"})
+    assert pytest_counts(proc.stdout) == {"failed": 1, "passed": 3}, describe(proc)
+    assert "exceeded its time limit of 2 s on rank(s) 0, 1, 2, 3" in proc.stdout
+
+
+def test_ini_setting(tmp_path):
+    ini = tmp_path / "pytest.ini"
+    ini.write_text("[pytest]\nct_world_size = 4\n")
+    proc = helpers.pytest("test_markers.py", "-c", str(ini), "--rootdir", str(helpers.SCENARIOS),
+                          "-k", "from_class_or_option", env={"EXPECTED_WORLD_SIZE": "4"})
+    assert pytest_counts(proc.stdout) == {"passed": 1, "deselected": 3}, describe(proc)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ct-timeout", "abc"], "Invalid timeout 'abc' from the --ct-timeout option"),
+    (["--ct-world-size", "0"], "Invalid world size 0 from the --ct-world-size option"),
+])
+def test_bad_options_are_usage_errors(args, message):
+    proc = helpers.pytest("test_markers.py", *args)
+    assert proc.returncode == 4, describe(proc)
+    assert message in proc.stderr, describe(proc)
+
+
+def test_xdist_runs_files_at_the_same_time_without_collisions():
+    proc = helpers.pytest("test_basic.py", "test_isolation.py", "test_functions.py", "test_negative.py",
+                          "-n", "2", "-k", "not fails and not hangs and not skips and not wrong and not unexpected "
+                          "and not failure and not SlowNegative and not torch_skip", "--dist", "loadscope")
+    assert proc.returncode == 0, describe(proc)
+    assert pytest_counts(proc.stdout).get("passed", 0) >= 25, describe(proc)
+
+
+def test_functions_under_torchrun_pytest():
+    launcher = ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                "--master-port", str(helpers.free_port())]
+    proc = helpers.run([helpers.sys.executable, *launcher, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                        "test_functions.py", "-k", "all_reduce or parametrized or fails_on"])
+    assert proc.returncode != 0, describe(proc)
+    # Every rank's pytest reports the merged outcome: rank 1's failure fails the test on rank 0 too.
+    assert proc.stdout.count("test_fails_on_rank_1 failed on rank(s) 1 of 2") >= 2, describe(proc)
+    assert proc.stdout.count("1 failed, 3 passed") == 2, describe(proc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
