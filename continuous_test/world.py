@@ -244,6 +244,8 @@ def _faulthandler_stacks(handle: RankProcess) -> str:
     except OSError:
         return "(no stacks: the rank did not answer)"
     deadline = time.monotonic() + 1.0
+    # Nothing signals that the dump was written but the file growing: poll it,
+    # briefly, on this rare path only.
     while time.monotonic() < deadline and os.path.getsize(handle.log_file) == size_before:
         time.sleep(0.02)
     time.sleep(0.05)  # let faulthandler finish writing
@@ -426,7 +428,9 @@ class World:
 
     def _after_test(self, state: _Wait, verdict: Verdict, outputs: Dict[int, str]) -> None:
         if verdict.restart_world:
-            self.stop(graceful=not state.faults)
+            # The world is discarded: killing is as clean as a graceful shutdown
+            # (the ranks hold nothing else) and never waits on a broken group.
+            self.stop(graceful=False)
             self.state = WorldState.BROKEN
             return
         if any(o.pg_destroyed for o in state.outcomes.values()):

@@ -498,6 +498,15 @@ def test_pre_commit_hook_definition() -> None:
     assert not files.search("test/test_notes.txt")
 
 
+
+def test_project_test_files_and_examples_pass() -> None:
+    # The self-check CI also runs: every test file of this project runs its tests as a script.
+    proc = subprocess.run([sys.executable, "-m", "continuous_test.lint", "test", "examples"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"checked \d+ files?, 0 problems", proc.stderr), proc.stderr
+
+
 if __name__ == "__main__":
     # pytest-style tests: run them through pytest and exit with its status.
     raise SystemExit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
