@@ -51,8 +51,25 @@ class Launch:
         return self.mode is not Mode.DISPATCHER
 
 
-def detect(env: Mapping[str, str] = os.environ) -> Launch:
-    """Classify the current process; ``run_tests`` and the test cases call this."""
+_detected: Optional[Launch] = None
+
+
+def detect(env: Optional[Mapping[str, str]] = None) -> Launch:
+    """Classify the current process; ``run_tests`` and the test cases call this.
+
+    Without ``env`` the answer for this process's own environment is computed once:
+    the launch does not change while the process runs (``run_tests`` even exports
+    variables that would change the answer for srun).
+    """
+    global _detected
+    if env is None:
+        if _detected is None:
+            _detected = _classify(os.environ)
+        return _detected
+    return _classify(env)
+
+
+def _classify(env: Mapping[str, str]) -> Launch:
     if env.get(RANK_MARKER_ENV):
         return Launch(Mode.DISPATCHER)
     if _is_torchrun(env):

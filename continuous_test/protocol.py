@@ -10,12 +10,15 @@ except :mod:`continuous_test.outcome`, which is equally side-neutral.
 """
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
-from continuous_test.outcome import ErrorRecord, RankOutcome
+from continuous_test.outcome import ErrorRecord, Event, EventKind, RankOutcome
 
 __all__ = [
+    "send",
+    "recv",
     "RankSpec",
     "RunTest",
     "DumpStacks",
@@ -89,13 +92,30 @@ class InitFailed:
 
 @dataclass(frozen=True)
 class TestDone:
-    """Rank -> controller: the outcome of one ``RunTest``."""
+    """Rank -> controller: the outcome of one ``RunTest``.
+
+    The common case, a plain pass, travels as ``outcome=None``: unpickling a full
+    outcome costs more than the rest of a trivial test's bookkeeping.
+    """
 
     __test__ = False  # not a pytest test class
 
     rank: int
     seq: int
-    outcome: RankOutcome
+    outcome: Optional[RankOutcome] = None
+
+    @classmethod
+    def of(cls, rank: int, seq: int, outcome: RankOutcome) -> "TestDone":
+        """The message for ``outcome``, compact when it is a plain pass."""
+        plain = not outcome.pg_destroyed and outcome.requested_exit is None and outcome.events == [_PASSED]
+        return cls(rank, seq, None if plain else outcome)
+
+    def full_outcome(self) -> RankOutcome:
+        """The rank's outcome, expanded from the compact form."""
+        return self.outcome if self.outcome is not None else RankOutcome(self.rank, [_PASSED])
+
+
+_PASSED = Event(EventKind.SUCCESS)
 
 
 @dataclass(frozen=True)
@@ -104,3 +124,13 @@ class Stacks:
 
     rank: int
     text: str
+
+
+def send(conn: Any, message: Any) -> None:
+    """Send one message over a pipe (plain pickle: messages hold only plain data)."""
+    conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+
+
+def recv(conn: Any) -> Any:
+    """Receive one message; raises EOFError when the other end has gone."""
+    return pickle.loads(conn.recv_bytes())

@@ -32,6 +32,8 @@ from __future__ import annotations
 import atexit
 import enum
 import os
+import pickle
+import selectors
 import shutil
 import signal
 import sys
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from continuous_test import config, template
+from continuous_test import config, protocol, template
 from continuous_test.outcome import (
     ErrorRecord,
     FaultKind,
@@ -112,29 +114,34 @@ class RankProcess:
     process: Any
     conn: Any
     log_file: str
+    log_fd: int = -1
     log_offset: int = 0
     ready: Optional[Ready] = None
     # Output read early (before a faulthandler dump) and not yet reported.
     stash: str = ""
 
+    def log_size(self) -> int:
+        """Bytes the rank has written to its log so far."""
+        return os.fstat(self.log_fd).st_size
+
     def read_output(self) -> str:
         """What the rank wrote since the last call; the controller calls this per test."""
-        try:
-            with open(self.log_file, "rb") as f:
-                f.seek(self.log_offset)
-                data = f.read()
-        except OSError:
-            data = b""
+        size = self.log_size()
+        data = os.pread(self.log_fd, size - self.log_offset, self.log_offset) if size > self.log_offset else b""
         self.log_offset += len(data)
         text, self.stash = self.stash + data.decode("utf-8", "replace"), ""
         return text
 
     def mark_output(self) -> None:
         """Forget output written so far."""
-        try:
-            self.log_offset = os.path.getsize(self.log_file)
-        except OSError:
-            self.log_offset = 0
+        self.log_offset = self.log_size()
+
+    def close(self) -> None:
+        """Close the controller's ends: the pipe and the log."""
+        self.conn.close()
+        if self.log_fd >= 0:
+            os.close(self.log_fd)
+            self.log_fd = -1
 
 
 @dataclass
@@ -173,13 +180,14 @@ def start_ranks(
     ranks = []
     for rank in range(world_size):
         log_file = os.path.join(world_dir, f"rank{rank}.log")
+        log_fd = os.open(log_file, os.O_RDONLY | os.O_CREAT, 0o600)
         spec = RankSpec(rank, world_size, cls.__module__, cls.__qualname__, module_file,
                         world_dir, rendezvous, log_file, env, cleanup, role, method)
         parent, child = ctx.Pipe()
         process = ctx.Process(target=rank_main, args=(spec, child), name=f"{cls.__name__}-rank{rank}")
         process.start()
         child.close()
-        ranks.append(RankProcess(rank, process, parent, log_file))
+        ranks.append(RankProcess(rank, process, parent, log_file, log_fd))
     return ranks
 
 
@@ -194,7 +202,7 @@ def kill_ranks(ranks: Sequence[RankProcess], timeout: float = KILL_TIMEOUT) -> N
             handle.process.kill()
     _join_all(ranks, timeout)
     for handle in ranks:
-        handle.conn.close()
+        handle.close()
 
 
 def _join_all(ranks: Sequence[RankProcess], timeout: float) -> None:
@@ -211,7 +219,7 @@ def collect_stacks(ranks: Sequence[RankProcess], timeout: float = STACKS_TIMEOUT
     for handle in ranks:
         if handle.process.exitcode is None:
             try:
-                handle.conn.send(DumpStacks())
+                protocol.send(handle.conn, DumpStacks())
                 asked[handle.conn] = handle
             except OSError:
                 pass
@@ -220,7 +228,7 @@ def collect_stacks(ranks: Sequence[RankProcess], timeout: float = STACKS_TIMEOUT
         for conn in wait(list(asked), deadline - time.monotonic()):
             handle = asked[conn]
             try:
-                message = conn.recv()
+                message = protocol.recv(conn)
             except (EOFError, OSError):
                 del asked[conn]
                 continue
@@ -239,14 +247,14 @@ def _faulthandler_stacks(handle: RankProcess) -> str:
     # faulthandler, which dumps every thread without the GIL, into the rank's log.
     handle.stash += handle.read_output()
     try:
-        size_before = os.path.getsize(handle.log_file)
+        size_before = handle.log_size()
         os.kill(handle.process.pid, signal.SIGUSR1)
     except OSError:
         return "(no stacks: the rank did not answer)"
     deadline = time.monotonic() + 1.0
     # Nothing signals that the dump was written but the file growing: poll it,
     # briefly, on this rare path only.
-    while time.monotonic() < deadline and os.path.getsize(handle.log_file) == size_before:
+    while time.monotonic() < deadline and handle.log_size() == size_before:
         time.sleep(0.02)
     time.sleep(0.05)  # let faulthandler finish writing
     stash, handle.stash = handle.stash, ""
@@ -272,6 +280,7 @@ class World:
         self._reinit: Optional[int] = None
         self._reinit_count = 0
         self.start_error: Optional[BaseException] = None
+        self._selector: Optional[selectors.BaseSelector] = None
 
     # -- starting -----------------------------------------------------------------
 
@@ -293,7 +302,16 @@ class World:
         except BaseException:
             self.stop(graceful=False)
             raise
+        self._watch()
         self.state = WorldState.READY
+
+    def _watch(self) -> None:
+        # One selector for the world's life: registering pipes and sentinels anew
+        # for every wait would cost more than the rest of a trivial test.
+        self._selector = selectors.DefaultSelector()
+        for handle in self.ranks:
+            self._selector.register(handle.conn, selectors.EVENT_READ, ("pipe", handle))
+            self._selector.register(handle.process.sentinel, selectors.EVENT_READ, ("sentinel", handle))
 
     def _await_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout
@@ -309,7 +327,7 @@ class World:
                     self._start_died(sentinels[obj])
                 handle = waiting.pop(obj)
                 try:
-                    message = obj.recv()
+                    message = protocol.recv(obj)
                 except (EOFError, OSError):
                     self._start_died(handle)
                 if isinstance(message, InitFailed):
@@ -351,10 +369,10 @@ class World:
     def run_test(self, method: str, test_id: str, time_limit: float, kwargs: Optional[dict] = None) -> Verdict:
         """Run one test on every rank and merge the outcomes into a verdict."""
         self._seq += 1
-        message = RunTest(method, self._seq, self._reinit, kwargs)
+        payload = pickle.dumps(RunTest(method, self._seq, self._reinit, kwargs), pickle.HIGHEST_PROTOCOL)
         for handle in self.ranks:
             handle.mark_output()
-            handle.conn.send(message)
+            handle.conn.send_bytes(payload)  # pickled once for every rank
         self._reinit = None
         state = _Wait(pending=set(range(self.world_size)))
         try:
@@ -369,13 +387,9 @@ class World:
         return verdict
 
     def _collect(self, state: _Wait, deadline: float, test_id: str) -> None:
-        by_conn = {h.conn: h for h in self.ranks}
-        by_sentinel = {h.process.sentinel: h for h in self.ranks}
         while state.pending:
             until = min(deadline, state.grace_deadline or deadline)
-            conns = [h.conn for h in self.ranks if h.rank in state.pending]
-            sentinels = [s for s, h in by_sentinel.items() if h.rank not in state.dead]
-            ready = wait(conns + sentinels, max(0.0, until - time.monotonic()))
+            ready = self._selector.select(max(0.0, until - time.monotonic()))
             if not ready:
                 if until >= deadline:
                     kind = FaultKind.TIMED_OUT
@@ -383,22 +397,22 @@ class World:
                     kind = FaultKind.INTERRUPTED if state.dead else FaultKind.STUCK
                 self._fault_pending(state, kind)
                 return
-            for obj in ready:
-                handle = by_sentinel.get(obj) or by_conn[obj]
+            for key, _ in ready:
+                kind, handle = key.data
                 if handle.rank in state.dead:
                     continue
-                if obj in by_sentinel or not self._receive(handle, state):
+                if kind == "sentinel" or not self._receive(handle, state):
                     self._rank_died(handle, state)
 
     def _receive(self, handle: RankProcess, state: _Wait) -> bool:
         try:
-            message = handle.conn.recv()
+            message = protocol.recv(handle.conn)
         except (EOFError, OSError):
             return False
         if isinstance(message, TestDone) and message.seq == self._seq:
-            state.outcomes[handle.rank] = message.outcome
+            outcome = state.outcomes[handle.rank] = message.full_outcome()
             state.pending.discard(handle.rank)
-            if _has_failure(message.outcome):
+            if _has_failure(outcome):
                 self._start_grace(state)
         return True
 
@@ -414,12 +428,14 @@ class World:
         for handle in handles:
             message = late.get(handle.rank)
             if isinstance(message, TestDone) and message.seq == self._seq:
-                state.outcomes[handle.rank] = message.outcome
+                state.outcomes[handle.rank] = message.full_outcome()
                 continue
             state.faults.append(RankFault(handle.rank, kind, stacks=stacks.get(handle.rank)))
         state.pending.clear()
 
     def _rank_died(self, dead: RankProcess, state: _Wait) -> None:
+        self._selector.unregister(dead.conn)
+        self._selector.unregister(dead.process.sentinel)
         dead.process.join(1.0)
         state.faults.append(RankFault(dead.rank, FaultKind.DIED, exitcode=dead.process.exitcode))
         state.dead.add(dead.rank)
@@ -443,6 +459,9 @@ class World:
 
     def stop(self, graceful: bool = True) -> None:
         """Stop every rank (bounded) and remove the world's files; safe to call twice."""
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
         if self.ranks:
             if graceful and self.state is WorldState.READY:
                 self._shutdown_gracefully()
@@ -456,7 +475,7 @@ class World:
     def _shutdown_gracefully(self) -> None:
         for handle in self.ranks:
             try:
-                handle.conn.send(Shutdown())
+                protocol.send(handle.conn, Shutdown())
             except OSError:
                 pass
         _join_all(self.ranks, self.shutdown_timeout)
@@ -533,9 +552,9 @@ class FreshRanks:
         """Read what the rank sent; False once its pipe is closed."""
         try:
             while handle.conn.poll(0):
-                message = handle.conn.recv()
+                message = protocol.recv(handle.conn)
                 if isinstance(message, TestDone):
-                    outcomes[handle.rank] = message.outcome
+                    outcomes[handle.rank] = message.full_outcome()
         except (EOFError, OSError):
             return False
         return True
@@ -545,7 +564,7 @@ class FreshRanks:
         stacks, late = collect_stacks(alive)
         for rank, message in late.items():
             if isinstance(message, TestDone):
-                outcomes[rank] = message.outcome
+                outcomes[rank] = message.full_outcome()
         return [RankFault(h.rank, kind, stacks=stacks.get(h.rank)) for h in alive]
 
     def stop(self) -> None:
@@ -575,6 +594,9 @@ def start_world_for(cls: type) -> World:
     A world that failed to start is not retried for the rest of the class: every
     later test reports the same error (or skip) at once.
     """
+    world = _WORLDS.get(cls)
+    if world is not None and world.state is WorldState.READY:
+        return world  # checked when it started
     cls._check_importable()
     world_size = cls._resolve_world_size()
     cls._check_backend(world_size)
