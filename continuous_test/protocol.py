@@ -1,9 +1,11 @@
 """Messages between the controller and its rank processes.
 
-Every message is a small frozen dataclass sent over the rank's inherited
-``multiprocessing`` pipe.  The controller sends ``RunTest``, ``DumpStacks`` and
+Every message is a small frozen dataclass sent over one of the rank's two
+inherited pipes.  On the main pipe the controller sends ``RunTest`` and
 ``Shutdown``; a rank answers with ``Ready`` or ``InitFailed`` once, then one
-``TestDone`` per ``RunTest`` and one ``Stacks`` per ``DumpStacks``.
+``TestDone`` per ``RunTest``.  On the one-way control pipe the controller sends
+``DumpStacks``, which the rank answers with ``Stacks`` on the main pipe; that the
+control pipe closed is how a rank learns its controller died.
 
 This module is imported on both sides and imports nothing from the package
 except :mod:`continuous_test.outcome`, which is equally side-neutral.

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import gc
 import importlib
 import importlib.util
 import os
-import queue
 import random
 import shutil
 import signal
@@ -87,9 +87,12 @@ _template_cuda_initialized = False
 
 def _before_fork() -> None:
     # Runs in the template just before it forks a rank: remember whether CUDA was
-    # initialized there, since a forked rank cannot use it then.
+    # initialized there, since a forked rank cannot use it then.  Freezing the
+    # objects that exist now keeps the rank's garbage collector from touching
+    # (and so copying) the template's pages.
     global _template_cuda_initialized
     _template_cuda_initialized = _cuda_initialized()
+    gc.freeze()
 
 
 os.register_at_fork(before=_before_fork)
@@ -124,31 +127,41 @@ def current() -> Optional[RankContext]:
 
 
 class _Channel:
-    """The rank's end of the pipe; sends are locked because two threads send."""
+    """The rank's ends of its two pipes.
 
-    def __init__(self, conn) -> None:
+    The main thread reads commands from ``conn`` itself (no hand-off between
+    threads on the per-test path).  A listener thread reads ``control``, on which
+    the controller asks for stacks; it answers at once even while the main thread
+    is blocked in a collective, and when that pipe closes the controller is gone.
+    Sends are locked because both threads send on ``conn``.
+    """
+
+    def __init__(self, conn, control) -> None:
         self.conn = conn
+        self.control = control
         self.lock = threading.Lock()
-        self.inbox: "queue.Queue[Any]" = queue.Queue()
 
     def send(self, message: Any) -> None:
         with self.lock:
             protocol.send(self.conn, message)
 
-    def listen(self, cleanup_dirs: tuple) -> None:
-        """Listener thread body: route commands, answer stack requests, die with the controller."""
+    def receive(self, cleanup_dirs: tuple) -> Any:
+        """The next command, for the main thread; exits the process if the controller died."""
+        try:
+            return protocol.recv(self.conn)
+        except (EOFError, OSError):
+            _controller_gone(cleanup_dirs)
+
+    def watch(self, cleanup_dirs: tuple) -> None:
+        """Listener thread body: answer stack requests, die with the controller."""
         while True:
             try:
-                message = protocol.recv(self.conn)
+                message = protocol.recv(self.control)
             except (EOFError, OSError):
                 _controller_gone(cleanup_dirs)
                 return
             if isinstance(message, DumpStacks):
                 self.send(Stacks(_CURRENT.rank if _CURRENT else -1, format_stacks()))
-                continue
-            self.inbox.put(message)
-            if isinstance(message, Shutdown):
-                return
 
 
 def _controller_gone(cleanup_dirs: tuple) -> None:
@@ -158,16 +171,16 @@ def _controller_gone(cleanup_dirs: tuple) -> None:
     os._exit(EXIT_CONTROLLER_GONE)
 
 
-def rank_main(spec: RankSpec, conn) -> None:
-    """Entry point of every rank process; started by the controller."""
+def rank_main(spec: RankSpec, conn, control) -> None:
+    """Entry point of every rank process; started by the controller with its two pipes."""
     global _CURRENT
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     _redirect_output(spec.log_file)
     _apply_env(spec)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     _CURRENT = RankContext(spec.rank, spec.world_size, int(os.environ["LOCAL_RANK"]), spec)
-    channel = _Channel(conn)
-    threading.Thread(target=channel.listen, args=(spec.cleanup_dirs,), name="continuous_test-listener", daemon=True).start()
+    channel = _Channel(conn, control)
+    threading.Thread(target=channel.watch, args=(spec.cleanup_dirs,), name="continuous_test-listener", daemon=True).start()
     if spec.role == "single":
         from continuous_test.single import run_single
 
@@ -183,15 +196,15 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
         _join_world(cls, spec, spec.rendezvous_file)
     except unittest.SkipTest as skip:
         channel.send(InitFailed(spec.rank, ErrorRecord.from_exception(skip), skip_reason=str(skip)))
-        _wait_for_shutdown(channel)
+        _wait_for_shutdown(channel, spec)
         return
     except BaseException as exc:  # noqa: B902 - any init error is reported, not raised
         channel.send(InitFailed(spec.rank, ErrorRecord.from_exception(exc)))
-        _wait_for_shutdown(channel)
+        _wait_for_shutdown(channel, spec)
         return
     channel.send(Ready(spec.rank, os.getpid(), template_cuda_initialized()))
     while True:
-        message = channel.inbox.get()
+        message = channel.receive(spec.cleanup_dirs)
         if isinstance(message, Shutdown):
             break
         if message.reinit is not None:
@@ -201,8 +214,8 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
     _leave_world()
 
 
-def _wait_for_shutdown(channel: _Channel) -> None:
-    while not isinstance(channel.inbox.get(), Shutdown):
+def _wait_for_shutdown(channel: _Channel, spec: RankSpec) -> None:
+    while not isinstance(channel.receive(spec.cleanup_dirs), Shutdown):
         pass
     _flush()
     os._exit(0)

@@ -115,6 +115,7 @@ class RankProcess:
     conn: Any
     log_file: str
     log_fd: int = -1
+    control: Any = None  # the write end of the rank's control pipe
     log_offset: int = 0
     ready: Optional[Ready] = None
     # Output read early (before a faulthandler dump) and not yet reported.
@@ -137,8 +138,10 @@ class RankProcess:
         self.log_offset = self.log_size()
 
     def close(self) -> None:
-        """Close the controller's ends: the pipe and the log."""
+        """Close the controller's ends: the pipes and the log."""
         self.conn.close()
+        if self.control is not None:
+            self.control.close()
         if self.log_fd >= 0:
             os.close(self.log_fd)
             self.log_fd = -1
@@ -184,10 +187,12 @@ def start_ranks(
         spec = RankSpec(rank, world_size, cls.__module__, cls.__qualname__, module_file,
                         world_dir, rendezvous, log_file, env, cleanup, role, method)
         parent, child = ctx.Pipe()
-        process = ctx.Process(target=rank_main, args=(spec, child), name=f"{cls.__name__}-rank{rank}")
+        control_r, control_w = ctx.Pipe(duplex=False)
+        process = ctx.Process(target=rank_main, args=(spec, child, control_r), name=f"{cls.__name__}-rank{rank}")
         process.start()
         child.close()
-        ranks.append(RankProcess(rank, process, parent, log_file, log_fd))
+        control_r.close()
+        ranks.append(RankProcess(rank, process, parent, log_file, log_fd, control_w))
     return ranks
 
 
@@ -219,7 +224,7 @@ def collect_stacks(ranks: Sequence[RankProcess], timeout: float = STACKS_TIMEOUT
     for handle in ranks:
         if handle.process.exitcode is None:
             try:
-                protocol.send(handle.conn, DumpStacks())
+                protocol.send(handle.control, DumpStacks())
                 asked[handle.conn] = handle
             except OSError:
                 pass
