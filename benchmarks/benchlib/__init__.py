@@ -1,0 +1,1 @@
+"""The benchmark runner's parts: plan (what), measure (run one), analyze (figures), report (tables), readme."""

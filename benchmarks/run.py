@@ -1,0 +1,175 @@
+"""Suite-time benchmarks of continuous_test beside torch's own classes, in one run.
+
+Usage::
+
+    python benchmarks/run.py [--repeat N] [--json PATH] [--smoke] [--update-readme]
+    python benchmarks/run.py --report-from PATH [--update-readme]   # re-tabulate, measure nothing
+
+How data flows::
+
+    plan.schedule ──(rep, job)──► measure.run_job ──► python scenarios/<file>.py
+                                        │                (stamps file, exit, wall time)
+                                        ▼
+                                   RunRecord ──► analyze.collect ──► report.build ──► table
+                                                                                   ├─► JSON
+                                                                                   └─► README.rst
+
+Each scenario runs for ``continuous_test``'s classes, torch's
+``torch.testing._internal.common_distributed`` classes and a floor (the same
+bodies in plain ranks) in the same run, the systems alternating, every
+measurement repeated.  A line per measurement goes to stderr as it finishes.
+Exit status: 0 when every measurement produced its figures (missed targets
+included: a benchmark is not a test), 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Dict, List, Optional, TextIO, Tuple
+
+# benchlib lives next to this file; continuous_test in the checkout above it.
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
+
+from benchlib import analyze, readme, report  # noqa: E402
+from benchlib import plan as plans  # noqa: E402
+from benchlib.measure import ROOT, RunRecord, run_job  # noqa: E402
+
+DEFAULT_JSON = ROOT / "benchmarks" / "results" / "latest.json"
+README = ROOT / "README.rst"
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    """The command line; see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions of every measurement (default 3)")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"raw results (default {DEFAULT_JSON})")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: keeps the scripts working")
+    parser.add_argument("--update-readme", action="store_true", help="rewrite README.rst's benchmark section")
+    parser.add_argument("--report-from", type=Path, metavar="JSON",
+                        help="measure nothing: rebuild the tables (and README) from the runs of an earlier --json file")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
+    return args
+
+
+def machine() -> Dict[str, Any]:
+    """Where the figures come from."""
+    import torch
+
+    return {
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def execute(plan: plans.Plan, progress: TextIO) -> List[RunRecord]:
+    """Run every scheduled job, printing a line per measurement."""
+    order = plans.schedule(plan)
+    records = []
+    for i, (rep, job) in enumerate(order, 1):
+        record = run_job(job, rep)
+        records.append(record)
+        progress.write(f"[{i}/{len(order)}] rep {rep + 1}/{plan.repeat} {plans.describe(job)}: {_summary(record)}\n")
+        progress.flush()
+    return records
+
+
+def _summary(record: RunRecord) -> str:
+    metrics = analyze.run_metrics(record)
+    if record.error:
+        tail = "".join(f"    | {line}\n" for line in record.output_tail[-1500:].splitlines())
+        return f"ERROR: {record.error}; the output's tail:\n{tail}".rstrip("\n")
+    parts = ["did not finish within %g s" % record.cap_s if record.timed_out else f"wall {record.wall_s:.2f} s"]
+    for name, unit, scale in (("first_test_s", "s", 1), ("per_test_s", "ms", 1000), ("world_s", "s", 1),
+                              ("collective_per_body_s", "ms", 1000), ("fresh_per_body_s", "ms", 1000),
+                              ("next_start_s", "s", 1), ("next_result_s", "s", 1)):
+        if name in metrics:
+            parts.append(f"{name} {metrics[name] * scale:.3g} {unit}")
+    if "next_status" in metrics:
+        parts.append(f"next test {metrics['next_status']}")
+    return ", ".join(parts)
+
+
+def results_json(records: List[RunRecord], values: Dict[str, Any], sections: List[report.Section],
+                 meta: Dict[str, Any]) -> Dict[str, Any]:
+    """Everything the run measured: raw runs, per-key metric values and the tables' figures."""
+    return {
+        "meta": meta,
+        "scenarios": {s.key: [row.as_dict() for row in s.rows] for s in sections},
+        "targets": [{"scenario": s.key, **row.as_dict()} for s in sections for row in s.rows if row.status],
+        "metrics": values,
+        "runs": [asdict(r) for r in records],
+    }
+
+
+def readme_content(text: str, meta: Dict[str, Any], plan: plans.Plan) -> str:
+    """The README section: how the figures were made, then the tables."""
+    import textwrap
+
+    reps = f"{plan.repeat} repetition" + ("s" if plan.repeat != 1 else "")
+    intro = (
+        f"Measured by ``python benchmarks/{meta['command']}`` on {meta['date']}: {meta['cpus']} CPU "
+        f"cores (os.cpu_count()), torch {meta['torch']}, Python {meta['python']}, gloo on CPU; {reps}, "
+        f"median (min-max); the run took {meta['duration_s'] / 60:.1f} min.  Regenerate with ``python "
+        "benchmarks/run.py --update-readme``; ``benchmarks/README.rst`` explains the scenarios.  "
+        "Figures come from a shared machine and vary from run to run."
+    )
+    return textwrap.fill(intro, 92, break_on_hyphens=False, break_long_words=False) + "\n\n" + text.strip("\n")
+
+
+def load(path: Path) -> Tuple[plans.Plan, Dict[str, Any], List[RunRecord]]:
+    """The plan, machine and runs of an earlier run's JSON file (for --report-from)."""
+    data = json.loads(path.read_text())
+    meta = data["meta"]
+    plan = plans.Plan.smoke_plan() if meta["smoke"] else plans.Plan.full(meta["repeat"])
+    return plan, meta, [RunRecord(**run) for run in data["runs"]]
+
+
+def measure(args: argparse.Namespace, argv: List[str]) -> Tuple[plans.Plan, Dict[str, Any], List[RunRecord]]:
+    """Run the plan the command line asks for (or load an earlier run's)."""
+    if args.report_from:
+        return load(args.report_from)
+    plan = plans.Plan.smoke_plan() if args.smoke else plans.Plan.full(args.repeat)
+    started = time.monotonic()
+    meta = dict(machine(), repeat=plan.repeat, smoke=plan.smoke, command=" ".join(["run.py"] + argv))
+    records = execute(plan, sys.stderr)
+    meta["duration_s"] = time.monotonic() - started
+    return plan, meta, records
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the benchmarks and report; see the module docstring."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    plan, meta, records = measure(args, argv)
+    values = analyze.collect(records)
+    sections = report.build(values, plan)
+    table = report.render(sections)
+    print(table)
+    print("Targets:")
+    print("\n".join("  " + line for line in report.summary_lines(sections)))
+    errors = [r for r in records if r.error]
+    for record in errors:
+        print(f"ERROR: {record.key} (repetition {record.rep + 1}): {record.error}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results_json(records, values, sections, meta), indent=1))
+    print(f"Raw results: {args.json}; the measurements took {meta['duration_s']:.0f} s")
+    if args.update_readme:
+        readme.update(README, readme_content(table, meta, plan))
+        print(f"Updated {README}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
