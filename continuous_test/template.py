@@ -55,6 +55,26 @@ def preload_modules() -> List[str]:
     return modules
 
 
+# The forkserver listens on a Unix socket inside multiprocessing's temp dir, and
+# such paths are limited to 107 bytes; leave room for "/pymp-XXXXXXXX/listener-XXXXXXXX".
+MAX_TEMP_DIR_LENGTH = 72
+
+
+def _short_temp_dir() -> None:
+    """Give multiprocessing a short private temp dir when TMPDIR is too long for a socket."""
+    import atexit
+    import shutil
+    import tempfile
+    from multiprocessing import process
+
+    config = process.current_process()._config
+    if config.get("tempdir") or len(tempfile.gettempdir()) <= MAX_TEMP_DIR_LENGTH:
+        return
+    short = tempfile.mkdtemp(prefix="pymp-", dir="/tmp" if os.path.isdir("/tmp") else None)  # mode 0700
+    config["tempdir"] = short
+    atexit.register(shutil.rmtree, short, True)
+
+
 def get_context() -> BaseContext:
     """The multiprocessing context for rank processes; the controller calls this per world."""
     global _context
@@ -63,6 +83,7 @@ def get_context() -> BaseContext:
         return _context
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
+        _short_temp_dir()
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         ctx.set_forkserver_preload(preload_modules())
     _context = ctx
