@@ -13,9 +13,17 @@ this test) set.  ``self.init_pg()`` creates the default process group on that
 rendezvous in one call.  The test passes only when every rank ended as declared
 with :func:`expect_exit` (or torch's ``special_return_code_checks``) and every
 other rank ended normally after passing.
+
+torch's idiom ``self.skip_return_code_checks = [self.test_x.__wrapped__]`` needs a
+``__wrapped__`` on every test method: torch's class gets one by replacing the
+method on each instance.  Here each ``test*`` function of a subclass (or of its
+mixins) that has none is wrapped once, when the class is defined
+(:func:`_unwrappable`).
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import shutil
 import signal as signal_module
@@ -86,6 +94,22 @@ def _rank_tuple(ranks: Union[int, Iterable[int], None]) -> Optional[tuple]:
     return values
 
 
+def _unwrappable(fn: F) -> F:
+    """A pass-through wrapper of test method ``fn`` whose ``__wrapped__`` is ``fn``.
+
+    ``functools.wraps`` copies the name, the signature (through ``__wrapped__``) and
+    the attributes set by decorators (``expect_exit``, ``timeout``, ``unittest.skip``,
+    torch's ``parametrize``), so everything that inspects the method still sees ``fn``.
+    """
+
+    @functools.wraps(fn)
+    def test_method(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841 - pytest starts the report at the test's frame
+        return fn(self, *args, **kwargs)
+
+    return test_method  # type: ignore[return-value]
+
+
 class MultiProcessTestCase(TestCase):
     """Each test gets fresh ``world_size`` rank processes; see the module docstring."""
 
@@ -93,6 +117,14 @@ class MultiProcessTestCase(TestCase):
     TEST_ERROR_EXIT_CODE = 10
     test_timeout: Optional[float] = None
     grace_period: Optional[float] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give each ``test*`` function of ``cls`` (its own or a mixin's) a ``__wrapped__``, for torch's idiom."""
+        super().__init_subclass__(**kwargs)
+        for name in dir(cls):
+            value = inspect.getattr_static(cls, name, None) if name.startswith("test") else None
+            if inspect.isfunction(value) and not hasattr(value, "__wrapped__"):
+                setattr(cls, name, _unwrappable(value))
 
     @property
     def world_size(self) -> int:

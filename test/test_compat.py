@@ -1,0 +1,229 @@
+"""Migrating a torch distributed test file by changing one import.
+
+Each file in ``test/compat`` is written as PyTorch writes its distributed tests and
+picks its base classes with ``CT_COMPAT_BASE=torch|ours``.  Run both ways with
+``python file.py`` as real subprocesses (and one of them also with pytest, under
+ours), it must pass with the same counts.  The unit tests below cover what the files
+cannot show under torch's classes, which are slow (each of their
+``MultiProcessTestCase`` tests starts interpreters) or differ: torch's ``__wrapped__``
+idiom on undecorated test methods, ``assertRaisesRegex`` (which torch's
+``MultiProcContinuousTest`` never checks), and torch's own lint of test classes.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+import unittest
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import helpers
+from helpers import describe, pytest_counts, unittest_counts
+
+COMPAT = Path(__file__).resolve().parent / "compat"
+
+# What each file reports under either base, so that a file that silently ran
+# nothing cannot pass by matching itself.
+EXPECTED = {
+    "test_replicate_state_dict.py": {"ran": 4},
+    "test_collectives.py": {"ran": 15, "skipped": 3},
+    "test_dtensor.py": {"ran": 5},
+    "test_device_type.py": {"ran": 8},
+}
+
+
+# Files also run through pytest, under continuous_test's classes.
+UNDER_PYTEST = {"test_collectives.py"}
+
+
+def compat_env(base: str) -> dict:
+    return {"CT_COMPAT_BASE": base}
+
+
+def run_all(runs: dict) -> dict:
+    """Run every named zero-argument callable at the same time; returns their results by name."""
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = {key: pool.submit(fn) for key, fn in runs.items()}
+        return {key: future.result() for key, future in futures.items()}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_same_counts_as_torch(name):
+    runs = {base: (lambda base=base: helpers.python(name, cwd=COMPAT, env=compat_env(base)))
+            for base in ("torch", "ours")}
+    if name in UNDER_PYTEST:
+        runs["ours, pytest"] = lambda: helpers.pytest(name, cwd=COMPAT, env=compat_env("ours"))
+    procs = run_all(runs)
+    for how, proc in procs.items():
+        assert proc.returncode == 0, f"{name} under {how}:\n{describe(proc)}"
+    torch_counts = unittest_counts(procs["torch"].stderr)
+    assert torch_counts == EXPECTED[name], describe(procs["torch"])
+    assert unittest_counts(procs["ours"].stderr) == torch_counts, describe(procs["ours"])
+    if "ours, pytest" in procs:
+        skipped = torch_counts.get("skipped", 0)
+        expected = {"passed": torch_counts["ran"] - skipped, **({"skipped": skipped} if skipped else {})}
+        assert pytest_counts(procs["ours, pytest"].stdout) == expected, describe(procs["ours, pytest"])
+
+
+# -- torch's ``self.test_x.__wrapped__`` idiom ------------------------------------------
+
+
+def _negative_case_class():
+    from continuous_test import MultiProcessTestCase, expect_exit, timeout
+    from torch.testing._internal.common_distributed import skip_if_lt_x_gpu
+
+    class Mixin:
+        def test_from_mixin(self):
+            pass
+
+    class Negative(Mixin, MultiProcessTestCase):
+        world_size = 2
+
+        def setUp(self):
+            super().setUp()
+            self.special_return_code_checks = {self.test_abort.__wrapped__: -6}
+            self.skip_return_code_checks = [self.test_any_code.__wrapped__]
+
+        def test_abort(self):
+            pass
+
+        def test_any_code(self, extra=1):
+            return extra
+
+        @expect_exit(3)
+        @timeout(7)
+        def test_decorated(self):
+            pass
+
+        @skip_if_lt_x_gpu(2, allow_cpu=True)
+        def test_already_wrapped(self):
+            pass
+
+        @unittest.skip("not today")
+        def test_skipped(self):
+            pass
+
+        def helper(self):
+            return "not a test"
+
+    return Negative
+
+
+def test_every_test_method_has_wrapped():
+    cls = _negative_case_class()
+    for name in ("test_abort", "test_any_code", "test_decorated", "test_skipped", "test_from_mixin"):
+        fn = vars(cls)[name]
+        original = fn.__wrapped__
+        assert original is not fn and not hasattr(original, "__wrapped__")  # no wrapper loop
+        assert inspect.unwrap(fn) is original and fn.__name__ == name
+    assert "__wrapped__" not in vars(vars(cls)["helper"])
+
+
+def test_wrapping_keeps_signature_and_decorators():
+    from continuous_test import config
+    from continuous_test.multiprocess import EXPECT_EXIT_ATTR
+
+    cls = _negative_case_class()
+    assert list(inspect.signature(cls.test_any_code).parameters) == ["self", "extra"]
+    assert cls("test_any_code").test_any_code(5) == 5
+    assert getattr(cls.test_decorated, EXPECT_EXIT_ATTR).code == 3
+    assert config.test_time_limit(cls, cls.test_decorated, env={}) == 7
+    assert cls.test_skipped.__unittest_skip_why__ == "not today"
+    # A method that already had a __wrapped__ (torch's decorators) is left alone.
+    assert cls.test_already_wrapped.__wrapped__.__name__ == "test_already_wrapped"
+    assert not hasattr(cls.test_already_wrapped.__wrapped__, "__wrapped__")
+
+
+def test_wrapped_keys_find_the_running_test():
+    from continuous_test.multiprocess import _lookup
+
+    cls = _negative_case_class()
+    case = cls("test_abort")
+    case.setUp()
+    try:
+        assert _lookup(case.special_return_code_checks, cls.test_abort) == (cls.test_abort.__wrapped__, -6)
+        assert _lookup(case.skip_return_code_checks, cls.test_any_code) is not None
+        assert _lookup(case.skip_return_code_checks, cls.test_abort) is None
+    finally:
+        case.doCleanups()
+
+
+def test_parametrized_tests_keep_working():
+    from continuous_test import MultiProcessTestCase
+    from torch.testing._internal.common_utils import instantiate_parametrized_tests, parametrize
+
+    @instantiate_parametrized_tests
+    class Params(MultiProcessTestCase):
+        world_size = 2
+
+        @parametrize("x", [1, 2])
+        def test_x(self, x):
+            return x
+
+    assert sorted(n for n in vars(Params) if n.startswith("test")) == ["test_x_x_1", "test_x_x_2"]
+    assert Params("test_x_x_2").test_x_x_2() is None  # torch's wrapper returns nothing
+    assert hasattr(Params.test_x_x_1, "__wrapped__")
+
+
+# -- torch's TestCase surface ------------------------------------------------------------
+
+
+def test_assert_raises_regex_checks_the_message():
+    # torch's own MultiProcContinuousTest never checks it: device_type is a method there,
+    # which torch's assertRaisesRegex takes for a non-native device.
+    from continuous_test import MultiProcContinuousTest
+
+    class Continuous(MultiProcContinuousTest):
+        def test_a(self):
+            pass
+
+    case = Continuous("test_a")
+    with case.assertRaisesRegex(ValueError, "bad"):
+        raise ValueError("a bad value")
+    with pytest.raises(AssertionError, match="does not match"):
+        with case.assertRaisesRegex(ValueError, "bad"):
+            raise ValueError("something else")
+
+
+# -- torch's run_tests accepts the classes ----------------------------------------------
+
+
+BASE_PROBE = """
+import sys, unittest
+{first}
+from continuous_test import DistributedTestBase, MultiProcContinuousTest, MultiProcessTestCase, TestCase
+uses_torch = "torch.testing._internal.common_utils" in sys.modules
+if uses_torch:
+    from torch.testing._internal.common_utils import TestCase as TorchTestCase, lint_test_case_extension
+    assert all(issubclass(b, TorchTestCase) for b in (TestCase, MultiProcContinuousTest, MultiProcessTestCase,
+                                                       DistributedTestBase))
+
+    class Continuous(MultiProcContinuousTest):
+        def test_a(self):
+            pass
+
+    assert lint_test_case_extension(unittest.TestSuite([unittest.defaultTestLoader.loadTestsFromTestCase(Continuous)]))
+print("torch base" if uses_torch else "expecttest base")
+"""
+
+
+def _probe(first: str) -> str:
+    proc = helpers.run([sys.executable, "-c", BASE_PROBE.format(first=first)], cwd=helpers.ROOT)
+    assert proc.returncode == 0, describe(proc)
+    return proc.stdout.strip()
+
+
+def test_torch_run_tests_accepts_our_classes_in_migrated_files():
+    # A migrated file imports torch's testing internals first: our classes then
+    # extend torch's TestCase, which torch's run_tests() requires.
+    assert _probe("import torch.testing._internal.common_distributed") == "torch base"
+
+
+def test_other_files_do_not_import_torch_internals():
+    assert _probe("") == "expecttest base"
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
