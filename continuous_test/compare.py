@@ -91,7 +91,13 @@ def _compare(actual, expected, path: List[str], opts, fallback) -> None:
         _compare_mappings(actual, expected, path, opts, fallback)
     elif _is_sequence(actual) and _is_sequence(expected):
         _compare_plain_sequences(actual, expected, path, opts, fallback)
-    elif fallback is not None:
+    else:
+        _compare_plain(actual, expected, path, fallback)
+
+
+def _compare_plain(actual, expected, path, fallback) -> None:
+    """Values compared by ``==``, through unittest's assertEqual when given (for its diffs)."""
+    if fallback is not None:
         try:
             fallback(actual, expected)
         except AssertionError as exc:
@@ -218,13 +224,7 @@ def _compare_plain_sequences(actual, expected, path, opts, fallback) -> None:
     if type(actual) is not type(expected):
         # torch compares any two sequences elementwise: (1, 2) equals [1, 2].
         actual, expected = list(actual), list(expected)
-    if fallback is not None:
-        try:
-            fallback(actual, expected)
-        except AssertionError as exc:
-            raise Mismatch(_where(path) + str(exc)) from None
-    elif actual != expected:
-        raise Mismatch(f"{_where(path)}{actual!r} != {expected!r}")
+    _compare_plain(actual, expected, path, fallback)
 
 
 def _contains_comparable(actual, expected) -> bool:
