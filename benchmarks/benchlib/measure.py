@@ -27,8 +27,9 @@ SCENARIOS = ROOT / "benchmarks" / "scenarios"
 TAIL_CHARS = 3000
 # Settings of the caller that must not leak into a measured subprocess.
 _DROPPED_PREFIXES = ("CONTINUOUS_TEST_", "TORCHELASTIC_", "SLURM_", "BENCH_", "PYTEST_")
+# CI: under it torch's run_tests() writes XML reports and needs unittest-xml-reporting.
 _DROPPED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-            "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT")
+            "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT", "CI")
 
 
 @dataclass
