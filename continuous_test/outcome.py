@@ -140,6 +140,13 @@ class RankOutcome:
     pg_destroyed: bool = False
     requested_exit: Optional[int] = None
 
+    def has_failure(self) -> bool:
+        """True if the rank reported a failure or error (an expected one included)."""
+        return any(e.kind in _FAILING for e in self.events)
+
+
+_FAILING = (EventKind.FAILURE, EventKind.ERROR, EventKind.EXPECTED_FAILURE)
+
 
 class FaultKind(str, enum.Enum):
     """What the controller saw happen to a rank, beyond its own report."""
@@ -159,7 +166,6 @@ class RankFault:
     kind: FaultKind
     exitcode: Optional[int] = None
     stacks: Optional[str] = None
-    seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -280,7 +280,6 @@ class World:
         self.state = WorldState.NEW
         self.ranks: List[RankProcess] = []
         self.dir: Optional[str] = None
-        self.starts = 0
         self._seq = 0
         self._reinit: Optional[int] = None
         self._reinit_count = 0
@@ -299,7 +298,6 @@ class World:
     def start(self) -> None:
         """Start all ranks and wait until each joined the process group."""
         self.dir = tempfile.mkdtemp(prefix=f"continuous_test-{self.cls.__name__}-")
-        self.starts += 1
         self._reinit = None
         try:
             self.ranks = start_ranks(self.cls, self.world_size, self.dir)
@@ -364,11 +362,6 @@ class World:
             text += f"\nrank {rank} stacks:\n{stack}"
         raise WorldStartError(text)
 
-    @property
-    def template_cuda_initialized(self) -> bool:
-        """Whether any rank reported CUDA initialized in its template process."""
-        return any(h.ready is not None and h.ready.template_cuda_initialized for h in self.ranks)
-
     # -- running tests ------------------------------------------------------------
 
     def run_test(self, method: str, test_id: str, time_limit: float, kwargs: Optional[dict] = None) -> Verdict:
@@ -381,7 +374,7 @@ class World:
         self._reinit = None
         state = _Wait(pending=set(range(self.world_size)))
         try:
-            self._collect(state, time.monotonic() + time_limit, test_id)
+            self._collect(state, time.monotonic() + time_limit)
         except KeyboardInterrupt:
             self.stop(graceful=False)
             raise
@@ -391,7 +384,7 @@ class World:
         self._after_test(state, verdict, outputs)
         return verdict
 
-    def _collect(self, state: _Wait, deadline: float, test_id: str) -> None:
+    def _collect(self, state: _Wait, deadline: float) -> None:
         while state.pending:
             until = min(deadline, state.grace_deadline or deadline)
             ready = self._selector.select(max(0.0, until - time.monotonic()))
@@ -417,7 +410,7 @@ class World:
         if isinstance(message, TestDone) and message.seq == self._seq:
             outcome = state.outcomes[handle.rank] = message.full_outcome()
             state.pending.discard(handle.rank)
-            if _has_failure(outcome):
+            if outcome.has_failure():
                 self._start_grace(state)
         return True
 
@@ -486,13 +479,6 @@ class World:
         _join_all(self.ranks, self.shutdown_timeout)
 
 
-def _has_failure(outcome: RankOutcome) -> bool:
-    from continuous_test.outcome import EventKind
-
-    bad = (EventKind.FAILURE, EventKind.ERROR, EventKind.EXPECTED_FAILURE)
-    return any(e.kind in bad for e in outcome.events)
-
-
 def _forward_output(outputs: Dict[int, str]) -> None:
     # Output of passing tests goes to the controller's stderr, where the runner's
     # own capture (pytest's, or unittest's -b) decides whether it is shown.
@@ -547,7 +533,7 @@ class FreshRanks:
                     exited[handle.rank] = handle.process.exitcode
                 elif obj in open_conns and not self._drain(open_conns[obj], outcomes):
                     del open_conns[obj]
-                if grace_deadline is None and any(_has_failure(o) for o in outcomes.values()):
+                if grace_deadline is None and any(o.has_failure() for o in outcomes.values()):
                     grace_deadline = time.monotonic() + grace
         endings = {h.rank: RankEnding(h.rank, exited.get(h.rank), outcomes.get(h.rank)) for h in self.ranks}
         return endings, faults, {h.rank: h.read_output() for h in self.ranks}
