@@ -303,10 +303,12 @@ class MultiProcContinuousTest(TestCase):
 
     @classmethod
     def tearDownClass(cls) -> None:
-        """Stop this class's world (controller side)."""
-        if worker.current() is None and "continuous_test.world" in sys.modules:
-            sys.modules["continuous_test.world"].stop_world(cls)
-        super().tearDownClass()
+        """Stop this class's world (controller side); fails if a rank died outside a test."""
+        try:
+            if worker.current() is None and "continuous_test.world" in sys.modules:
+                sys.modules["continuous_test.world"].stop_world(cls)
+        finally:
+            super().tearDownClass()
 
 
 def _backend_names(spec: Optional[str]) -> list:

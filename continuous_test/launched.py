@@ -105,7 +105,7 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     if faults:
         global _unhealthy
         _unhealthy = True  # a peer hung or died: destroying the group at exit could hang
-    if any(o.pg_destroyed for o in outcomes.values()):
+    if any(o.group_changed for o in outcomes.values()):
         _rejoin(cls, joined, launch)
     return merge(test, launch.world_size, outcomes, faults, time_limit=limit)
 

@@ -36,7 +36,8 @@ import torch
 from continuous_test import config, replay, worker
 from continuous_test.case import BAD_WORLD_SIZE, TestCase
 from continuous_test.config import ConfigError
-from continuous_test.outcome import ExpectedExit, Verdict, judge_endings
+from continuous_test.outcome import TEST_ERROR_EXIT_CODE, ExpectedExit, RankEnding, RankOutcome, Verdict, judge_endings
+from continuous_test.protocol import TestDone
 
 __all__ = ["MultiProcessTestCase", "expect_exit", "BAD_EXPECT_EXIT"]
 
@@ -114,7 +115,7 @@ class MultiProcessTestCase(TestCase):
     """Each test gets fresh ``world_size`` rank processes; see the module docstring."""
 
     MAIN_PROCESS_RANK = -1
-    TEST_ERROR_EXIT_CODE = 10
+    TEST_ERROR_EXIT_CODE = TEST_ERROR_EXIT_CODE
     test_timeout: Optional[float] = None
     grace_period: Optional[float] = None
 
@@ -162,13 +163,15 @@ class MultiProcessTestCase(TestCase):
 
     def _make_test_dir(self) -> None:
         if self._test_dir is None:
-            self._test_dir = tempfile.mkdtemp(prefix=f"continuous_test-{type(self).__name__}-")
+            from continuous_test import template
+
+            self._test_dir = tempfile.mkdtemp(prefix=f"test-{type(self).__name__}-", dir=template.private_dir())
             self.file_name = os.path.join(self._test_dir, "rendezvous")
             self.addCleanup(shutil.rmtree, self._test_dir, True)
 
     def _spawn_processes(self) -> None:
         """Start this test's ranks (torch's name); a second call does nothing."""
-        from continuous_test.world import FreshRanks
+        from continuous_test.ranks import FreshRanks
 
         if self._fresh is not None:
             return
@@ -215,10 +218,12 @@ class MultiProcessTestCase(TestCase):
             expected = ExpectedExit(code=special[1])
         check_codes = _lookup(getattr(self, "skip_return_code_checks", []), fn) is None
         limit = config.test_time_limit(cls, fn)
-        endings, faults, outputs = self._fresh.wait(limit, config.grace_period(cls))
+        grace = config.grace_period(cls)
+        waited, outputs = self._fresh.wait(limit, grace)
         self._fresh.stop()
+        endings = {r: RankEnding(r, waited.exits.get(r), _outcome(waited.replies.get(r))) for r in outputs}
         return judge_endings(replay.short_id(self), len(endings), endings, expected, outputs,
-                             check_codes=check_codes, faults=faults, time_limit=limit)
+                             check_codes=check_codes, faults=waited.faults, time_limit=limit, grace=grace)
 
     def _raise_verdict(self, verdict: Verdict) -> None:
         __tracebackhide__ = True  # noqa: F841 - pytest starts the report at the ranks' tracebacks
@@ -243,7 +248,28 @@ class MultiProcessTestCase(TestCase):
 
         store = dist.FileStore(self.file_name, self.world_size)
         dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size, store=store, **kwargs)
+        init_barrier(store, self.rank, self.world_size)
         return dist.distributed_c10d._get_default_group()
+
+
+INIT_BARRIER_TIMEOUT = 120.0
+
+
+def init_barrier(store: Any, rank: int, world_size: int) -> None:
+    """Return only once every rank's ``init_process_group`` returned; ``init_pg`` calls this.
+
+    Without it, a rank that destroys its group and exits at once can close its end
+    while a peer is still connecting (gloo: "connectFullMesh failed ... Connection
+    closed by peer").  The store, not the group, carries it: the test may break the group.
+    """
+    from datetime import timedelta
+
+    store.set(f"continuous_test/init/{rank}", "1")
+    store.wait([f"continuous_test/init/{r}" for r in range(world_size)], timedelta(seconds=INIT_BARRIER_TIMEOUT))
+
+
+def _outcome(message: Optional[TestDone]) -> Optional[RankOutcome]:
+    return message.full_outcome() if message is not None else None
 
 
 def _lookup(container, fn: Callable) -> Optional[tuple]:

@@ -44,6 +44,7 @@ __all__ = [
     "merge",
     "prefix_lines",
     "signal_name",
+    "TEST_ERROR_EXIT_CODE",
 ]
 
 INCONSISTENT_SKIP = (
@@ -56,6 +57,12 @@ STUCK = "rank {rank} did not finish {test} within the {grace:g} s grace period a
 TIMED_OUT = "{test} exceeded its time limit of {limit:g} s on rank(s) {ranks}"
 NO_REPORT = "rank {rank} never reported an outcome for {test}"
 INTERRUPTED = "rank {rank} was still running {test} {grace:g} s after a peer died"
+TEMPLATE_DIED = (
+    "rank {rank} was killed with the template process it was forked from, which died while {test} ran "
+    "(killed by a test, or by the OOM killer)"
+)
+# torch's exit code for a rank of a MultiProcessTestCase whose test failed.
+TEST_ERROR_EXIT_CODE = 10
 
 
 class EventKind(str, enum.Enum):
@@ -137,7 +144,8 @@ class RankOutcome:
 
     rank: int
     events: List[Event] = field(default_factory=list)
-    pg_destroyed: bool = False
+    # The default process group was destroyed or replaced: the world makes a new one.
+    group_changed: bool = False
     requested_exit: Optional[int] = None
 
     def has_failure(self) -> bool:
@@ -156,6 +164,10 @@ class FaultKind(str, enum.Enum):
     TIMED_OUT = "timed_out"
     NO_REPORT = "no_report"
     INTERRUPTED = "interrupted"
+    TEMPLATE_DIED = "template_died"
+
+
+_DEATHS = (FaultKind.DIED, FaultKind.TEMPLATE_DIED)
 
 
 @dataclass(frozen=True)
@@ -295,9 +307,11 @@ def _torch_skip_reason(exc: BaseException) -> Optional[str]:
         return str(getattr(exc, "msg", exc))
     if not isinstance(exc, SystemExit) or not isinstance(exc.code, int):
         return None
-    try:
-        from torch.testing._internal.common_distributed import TEST_SKIPS
-    except Exception:
+    # Only a file that imported torch's testing internals can exit with one of
+    # their codes; importing them here would cost seconds and leave files behind.
+    common = sys.modules.get("torch.testing._internal.common_distributed")
+    TEST_SKIPS = getattr(common, "TEST_SKIPS", None)
+    if not TEST_SKIPS:
         return None
     for skip in TEST_SKIPS.values():
         if skip.exit_code == exc.code:
@@ -427,10 +441,13 @@ def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, not
     if timed_out:
         lines.insert(0, TIMED_OUT.format(test=test, limit=time_limit, ranks=_ranks(timed_out)))
     etype: type = RankStuckError
-    for fault in sorted(faults, key=lambda f: (f.kind is not FaultKind.DIED, f.rank)):
+    for fault in sorted(faults, key=lambda f: (f.kind not in _DEATHS, f.rank)):
         if fault.kind is FaultKind.DIED:
             etype = RankDiedError
             lines.insert(0, DIED.format(rank=fault.rank, how=exit_description(fault.exitcode), test=test))
+        elif fault.kind is FaultKind.TEMPLATE_DIED:
+            etype = RankDiedError
+            lines.insert(0, TEMPLATE_DIED.format(rank=fault.rank, test=test))
         elif fault.kind is FaultKind.STUCK:
             lines.append(STUCK.format(rank=fault.rank, test=test, grace=grace, failed=_ranks(failed) or "?"))
         elif fault.kind is FaultKind.NO_REPORT:
@@ -448,9 +465,9 @@ def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, not
         lines.append(note)
     statuses = {r: _status_of(u) for r, u in main.items()}
     for fault in faults:
-        detail = exit_description(fault.exitcode) if fault.kind is FaultKind.DIED else (fault.stacks or "")
+        detail = exit_description(fault.exitcode) if fault.kind in _DEATHS else (fault.stacks or "")
         statuses[fault.rank] = (fault.kind.value, detail)
-    if records and not any(f.kind is FaultKind.DIED for f in faults) and not timed_out:
+    if records and not any(f.kind in _DEATHS for f in faults) and not timed_out:
         return _attach(_chained(records, "\n".join(lines)), statuses, outputs)
     return _attach(_chain_causes(etype("\n".join(lines)), records), statuses, outputs)
 
@@ -541,11 +558,12 @@ def judge_endings(
     check_codes: bool = True,
     faults: Sequence[RankFault] = (),
     time_limit: float = 0.0,
+    grace: float = 0.0,
 ) -> Verdict:
     """Judge the endings of fresh ranks against the declared ones; MultiProcessTestCase calls this."""
     if faults:
         outcomes = {r: e.outcome for r, e in endings.items() if e.outcome is not None}
-        return merge(test, world_size, outcomes, faults, outputs, time_limit=time_limit)
+        return merge(test, world_size, outcomes, faults, outputs, grace=grace, time_limit=time_limit)
     wrong = [r for r, e in sorted(endings.items()) if check_codes and not _ended_as_declared(e, expected)]
     if wrong:
         return Verdict("fail", error=_ending_error(test, endings, expected, outputs, wrong), restart_world=True)
@@ -560,9 +578,11 @@ def judge_endings(
 def _ended_as_declared(ending: RankEnding, expected: Optional[ExpectedExit]) -> bool:
     if expected is not None and expected.applies_to(ending.rank):
         return expected.matches(ending.exitcode)
-    if _torch_skip_code_message(ending.exitcode) is not None:
+    # A rank whose test failed exits with torch's TEST_ERROR_EXIT_CODE: a normal
+    # end, and its own failure is the report.
+    if ending.outcome is not None and ending.exitcode == (TEST_ERROR_EXIT_CODE if ending.outcome.has_failure() else 0):
         return True
-    return ending.exitcode == 0 and ending.outcome is not None
+    return _torch_skip_code_message(ending.exitcode) is not None
 
 
 def _skip_exit(endings: Dict[int, RankEnding], expected: Optional[ExpectedExit]) -> Optional[str]:

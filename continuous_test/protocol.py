@@ -19,6 +19,7 @@ from typing import Any, Optional
 from continuous_test.outcome import ErrorRecord, Event, EventKind, RankOutcome
 
 __all__ = [
+    "ProtocolError",
     "send",
     "recv",
     "RankSpec",
@@ -30,6 +31,10 @@ __all__ = [
     "TestDone",
     "Stacks",
 ]
+
+
+class ProtocolError(RuntimeError):
+    """A message arrived that its receiver did not expect: a bug, never dropped silently."""
 
 
 @dataclass(frozen=True)
@@ -45,12 +50,16 @@ class RankSpec:
     rendezvous_file: str
     log_file: str
     env: dict = field(default_factory=dict)
-    # Removed by the rank if the controller dies without cleaning up.
-    cleanup_dirs: tuple = ()
+    # The controller's private directory, removed by the rank if the controller
+    # dies without cleaning up.
+    private_dir: Optional[str] = None
     # "continuous": join the default process group and wait for tests.
     # "single": run one test of a MultiProcessTestCase, then exit.
     role: str = "continuous"
     method: Optional[str] = None
+    controller_pid: int = 0
+    # The process that forks this rank (the template, or the controller under spawn).
+    parent_pid: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,8 +88,6 @@ class Ready:
     """Rank -> controller: the rank joined the world and waits for tests."""
 
     rank: int
-    pid: int
-    template_cuda_initialized: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,7 +116,7 @@ class TestDone:
     @classmethod
     def of(cls, rank: int, seq: int, outcome: RankOutcome) -> "TestDone":
         """The message for ``outcome``, compact when it is a plain pass."""
-        plain = not outcome.pg_destroyed and outcome.requested_exit is None and outcome.events == [_PASSED]
+        plain = not outcome.group_changed and outcome.requested_exit is None and outcome.events == [_PASSED]
         return cls(rank, seq, None if plain else outcome)
 
     def full_outcome(self) -> RankOutcome:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import unittest
 from typing import Callable
 
-from continuous_test.outcome import ErrorRecord, Event, EventKind, RankOutcome, RankResult
+from continuous_test.outcome import TEST_ERROR_EXIT_CODE, ErrorRecord, Event, EventKind, RankOutcome, RankResult
 from continuous_test.protocol import RankSpec, TestDone
 
 __all__ = ["run_single"]
@@ -26,7 +26,7 @@ def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
     except BaseException as exc:  # noqa: B902 - reported as this rank's error
         event = Event(EventKind.ERROR, errors=(ErrorRecord.from_exception(exc),))
         send(TestDone(spec.rank, 0, RankOutcome(spec.rank, [event])))
-        return 1
+        return TEST_ERROR_EXIT_CODE
     case.rank = spec.rank
     case.file_name = spec.rendezvous_file
     worker.seed_everything(worker.SEED)
@@ -35,7 +35,10 @@ def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
     _maybe_destroy(case)
     outcome = RankOutcome(spec.rank, result.events, requested_exit=result.requested_exit)
     send(TestDone(spec.rank, 0, outcome))
-    return result.requested_exit or 0
+    if result.requested_exit is not None:
+        return result.requested_exit
+    # As torch's class: a rank whose test failed exits with TEST_ERROR_EXIT_CODE.
+    return TEST_ERROR_EXIT_CODE if outcome.has_failure() else 0
 
 
 def _maybe_destroy(case) -> None:

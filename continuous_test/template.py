@@ -21,12 +21,24 @@ from typing import List, Optional
 
 from continuous_test.config import ENV_START_METHOD
 
-__all__ = ["get_context", "preload_modules", "start_method", "BAD_START_METHOD"]
+__all__ = [
+    "get_context",
+    "preload_modules",
+    "start_method",
+    "private_dir",
+    "parent_pid",
+    "died",
+    "BAD_START_METHOD",
+    "ENV_PRIVATE_DIR",
+]
 
 BAD_START_METHOD = (
     "Invalid start method {value!r} from " + ENV_START_METHOD + " environment variable: "
     "expected one of {choices}"
 )
+# The controller's private directory, exported so that the template can remove
+# it when the controller dies without cleaning up.
+ENV_PRIVATE_DIR = "CONTINUOUS_TEST_PRIVATE_DIR"
 _context: Optional[BaseContext] = None
 
 
@@ -44,7 +56,8 @@ def start_method() -> str:
 
 def preload_modules() -> List[str]:
     """Modules the template imports before forking any rank."""
-    modules = ["torch", "torch.distributed", "numpy", "continuous_test.case", "continuous_test.worker"]
+    modules = ["torch", "torch.distributed", "numpy", "continuous_test.case", "continuous_test.worker",
+               "continuous_test._template_exit"]
     main = sys.modules.get("__main__")
     if getattr(main, "__file__", None) and getattr(main, "__spec__", None) is None:
         # A test file run as a script: the template imports it too.
@@ -84,7 +97,53 @@ def get_context() -> BaseContext:
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
         _short_temp_dir()
+        from multiprocessing import util
+
+        os.environ[ENV_PRIVATE_DIR] = util.get_temp_dir()
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         ctx.set_forkserver_preload(preload_modules())
     _context = ctx
     return ctx
+
+
+def private_dir() -> str:
+    """The controller's private (0700) directory; every world's files live below it.
+
+    It is multiprocessing's own temp dir, which also holds the forkserver's
+    socket and is removed when the controller exits.  If the controller is
+    killed, the template (or, failing that, a rank) removes it.
+    """
+    from multiprocessing import util
+
+    get_context()  # first: it may give multiprocessing a shorter temp dir
+    return util.get_temp_dir()
+
+
+def _forkserver_pid() -> Optional[int]:
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
+def parent_pid() -> int:
+    """The pid ranks are forked by: the template under forkserver, else this controller.
+
+    Starts the template (again, if it died) first, so that the answer holds for
+    the ranks about to be started.
+    """
+    if _context is not None and _context.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+        pid = _forkserver_pid()
+        if pid is not None:
+            return pid
+    return os.getpid()
+
+
+def died() -> bool:
+    """True if the template process died (killed by a test, or by the OOM killer)."""
+    from continuous_test.ranks import running
+
+    pid = _forkserver_pid() if _context is not None and _context.get_start_method() == "forkserver" else None
+    return pid is not None and not running(pid)

@@ -110,7 +110,6 @@ class RankContext:
 
     rank: int
     world_size: int
-    local_rank: int
     spec: RankSpec
 
 
@@ -145,42 +144,95 @@ class _Channel:
         with self.lock:
             protocol.send(self.conn, message)
 
-    def receive(self, cleanup_dirs: tuple) -> Any:
+    def receive(self, spec: RankSpec) -> Any:
         """The next command, for the main thread; exits the process if the controller died."""
         try:
             return protocol.recv(self.conn)
         except (EOFError, OSError):
-            _controller_gone(cleanup_dirs)
+            _controller_gone(spec)
 
-    def watch(self, cleanup_dirs: tuple) -> None:
+    def watch(self, spec: RankSpec) -> None:
         """Listener thread body: answer stack requests, die with the controller."""
         while True:
             try:
                 message = protocol.recv(self.control)
             except (EOFError, OSError):
-                _controller_gone(cleanup_dirs)
+                _controller_gone(spec)
                 return
             if isinstance(message, DumpStacks):
-                self.send(Stacks(_CURRENT.rank if _CURRENT else -1, format_stacks()))
+                self.send(Stacks(spec.rank, format_stacks()))
+            else:
+                print(f"continuous_test: rank {spec.rank} got an unexpected {message!r} on its control pipe",
+                      file=sys.stderr, flush=True)
 
 
-def _controller_gone(cleanup_dirs: tuple) -> None:
-    # The controller died (even SIGKILL closes its pipe end): clean up and leave now.
-    for path in cleanup_dirs:
-        shutil.rmtree(path, ignore_errors=True)
+def _controller_gone(spec: RankSpec) -> None:
+    """Leave now, with what this rank's tests started: the controller closed the pipe or died."""
+    # The controller closes the pipe itself when it stops a world, and removes its
+    # files; if it died (even SIGKILL closes its pipe end), nobody else may.
+    if spec.private_dir and not _running(spec.controller_pid):
+        shutil.rmtree(spec.private_dir, ignore_errors=True)
+    _flush()
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)  # this rank and its tests' processes
     os._exit(EXIT_CONTROLLER_GONE)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _adopt(spec: RankSpec) -> None:
+    """Tie this rank's life to the template's, and give it its own process group.
+
+    * Its own process group: the controller (and the template at exit) kill the
+      group, which takes along whatever the tests started (Popen, fork).
+    * Forked by the template: the kernel kills this rank when the template dies
+      (it dies with the controller), even while the rank holds the GIL in C code,
+      when no Python thread of the rank could act.
+    * The forkserver hands each child the write end of the pipe whose closing
+      tells the template that its controller is gone; a rank, or a process its
+      test forks, holding it would keep the template alive.
+    """
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    if spec.parent_pid and spec.parent_pid != spec.controller_pid and _LIBC is not None and sys.platform == "linux":
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != spec.parent_pid:  # the template died before the call above
+            os._exit(EXIT_CONTROLLER_GONE)
+    from multiprocessing import forkserver
+
+    alive_fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+    if alive_fd is not None and spec.parent_pid != spec.controller_pid:
+        try:
+            os.close(alive_fd)
+        except OSError:
+            pass
+        forkserver._forkserver._forkserver_alive_fd = None
 
 
 def rank_main(spec: RankSpec, conn, control) -> None:
     """Entry point of every rank process; started by the controller with its two pipes."""
     global _CURRENT
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    _adopt(spec)
     _redirect_output(spec.log_file)
     _apply_env(spec)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    _CURRENT = RankContext(spec.rank, spec.world_size, int(os.environ["LOCAL_RANK"]), spec)
+    _CURRENT = RankContext(spec.rank, spec.world_size, spec)
     channel = _Channel(conn, control)
-    threading.Thread(target=channel.watch, args=(spec.cleanup_dirs,), name="continuous_test-listener", daemon=True).start()
+    threading.Thread(target=channel.watch, args=(spec,), name="continuous_test-listener", daemon=True).start()
     if spec.role == "single":
         from continuous_test.single import run_single
 
@@ -202,11 +254,13 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
         channel.send(InitFailed(spec.rank, ErrorRecord.from_exception(exc)))
         _wait_for_shutdown(channel, spec)
         return
-    channel.send(Ready(spec.rank, os.getpid(), template_cuda_initialized()))
+    channel.send(Ready(spec.rank))
     while True:
-        message = channel.receive(spec.cleanup_dirs)
+        message = channel.receive(spec)
         if isinstance(message, Shutdown):
             break
+        if not isinstance(message, RunTest):
+            raise protocol.ProtocolError(f"rank {spec.rank} got an unexpected {message!r}")
         if message.reinit is not None:
             _reinit_world(cls, spec, message.reinit)
         outcome = run_one(cls, message, spec)
@@ -215,7 +269,7 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
 
 
 def _wait_for_shutdown(channel: _Channel, spec: RankSpec) -> None:
-    while not isinstance(channel.receive(spec.cleanup_dirs), Shutdown):
+    while not isinstance(channel.receive(spec), Shutdown):
         pass
     _flush()
     os._exit(0)
@@ -304,6 +358,30 @@ def _join_world(cls: type, spec: RankSpec, rendezvous_file: str) -> None:
             raise RuntimeError(CUDA_IN_TEMPLATE)
         torch.accelerator.set_device_index(spec.rank)
     cls._init_pg(spec.rank, spec.world_size, rendezvous_file)
+    remember_default_group()
+
+
+# The default group this rank joined; a test that destroys or replaces it is
+# noticed (default_group_changed) and every rank joins a new one before the next test.
+_expected_group: Any = None
+
+
+def remember_default_group() -> None:
+    """Record the default group just created; called after every join of a world."""
+    from torch.distributed import distributed_c10d as c10d
+
+    global _expected_group
+    _expected_group = c10d._get_default_group()
+
+
+def default_group_changed() -> bool:
+    """True if the default group was destroyed, or replaced by another one, since it was joined."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    if not dist.is_initialized():
+        return True
+    return _expected_group is not None and c10d._get_default_group() is not _expected_group
 
 
 def set_world_size(cls: type, world_size: int) -> None:
@@ -324,6 +402,7 @@ def _reinit_world(cls: type, spec: RankSpec, generation: int) -> None:
     path = f"{spec.rendezvous_file}.{generation}"
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
     cls._init_pg(spec.rank, spec.world_size, path)
+    remember_default_group()
 
 
 def run_one(cls: type, message: RunTest, spec: RankSpec) -> RankOutcome:
@@ -341,15 +420,13 @@ def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
     Every test starts from the same RNG seed on every rank, and process groups the
     test created (other than the default one) are destroyed after it.
     """
-    import torch.distributed as dist
-
     groups = _group_names()
     seed_everything(SEED)
     result = RankResult()
     unittest.TestCase.run(case, result)  # the real run, not the dispatching override
     _release_subgroups(groups)
     _flush()
-    return RankOutcome(rank, result.events, pg_destroyed=not dist.is_initialized())
+    return RankOutcome(rank, result.events, group_changed=default_group_changed())
 
 
 def _group_names() -> set:

@@ -22,8 +22,15 @@ def decorated():
     pass
 
 
+def test_documented_defaults():
+    # The README documents these numbers: literals, not the module's own constants.
+    assert config.test_time_limit(Plain, None, env={}) == 300.0
+    assert config.grace_period(Plain, env={}) == 3.0
+    assert config.shutdown_timeout(Plain, env={}) == 10.0
+    assert config.start_timeout(Plain, env={}) == 120.0
+
+
 def test_precedence_for_time_limit():
-    assert config.test_time_limit(Plain, None, env={}) == config.DEFAULT_TEST_TIMEOUT
     assert config.test_time_limit(WithAttrs, None, env={}) == 7
     assert config.test_time_limit(WithAttrs, decorated, env={}) == 3
     assert config.test_time_limit(WithAttrs, decorated, env={config.ENV_TIMEOUT: "11"}) == 11
@@ -39,7 +46,6 @@ def test_scale_multiplies():
 
 
 def test_grace():
-    assert config.grace_period(Plain, env={}) == config.DEFAULT_GRACE
     assert config.grace_period(WithAttrs, env={}) == 0.5
     assert config.grace_period(WithAttrs, env={config.ENV_GRACE: "9"}) == 9
 

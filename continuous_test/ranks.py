@@ -1,0 +1,503 @@
+"""Rank processes seen from the controller: starting, waiting, stacks and killing.
+
+Three paths start ranks, and all of them wait on their ranks through one loop,
+:meth:`Watch.wait`, which blocks only in a selector over every rank's pipe *and*
+process sentinel, so a message and a death are seen at once, and every wait has
+a deadline::
+
+    shared world (MultiProcContinuousTest, world.World)
+
+        start_ranks ─► wait(Ready) ─► READY ─► RunTest ─► wait(TestDone) ─► READY ─► … ─► Shutdown ─► wait(exit)
+                           │                                 │                                  │
+                           │                     failure, death, time limit ─► ranks killed     └─ deaths after the
+                           └─ InitFailed / death / start timeout ─► WorldStartError                last test reported
+
+    fresh ranks (MultiProcessTestCase, FreshRanks)
+
+        start_ranks (each rank runs one test at once) ─► wait(TestDone and exit) ─► judge endings ─► kill leftovers
+
+    launcher (torchrun, srun: continuous_test.launched)
+
+        no controller: every launched process is a rank and runs its tests in place;
+        outcomes are exchanged through the launcher's store.
+
+Every message a rank sends is decoded in :meth:`Watch._dispatch`; a message the
+current wait does not expect is a :class:`ProtocolError`, never dropped.
+
+What outlives a rank is bounded too.  Each rank leads its own process group, so
+killing a rank's group also kills the processes its tests started
+(``subprocess.Popen``, ``os.fork``).  Forked from the template (the forkserver), a
+rank asks the kernel to kill it when the template dies, and the template kills
+every rank's group when it exits, which it does as soon as the controller is gone:
+the controller dying even by SIGKILL, or while a rank holds the GIL in C code,
+leaves nothing behind (see :mod:`continuous_test.worker` and
+:mod:`continuous_test.template`).
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from continuous_test import protocol, template
+from continuous_test.outcome import FaultKind, RankFault
+from continuous_test.protocol import DumpStacks, InitFailed, ProtocolError, RankSpec, Stacks, TestDone
+
+__all__ = [
+    "RankProcess",
+    "Goal",
+    "Waited",
+    "Watch",
+    "ProtocolError",
+    "FreshRanks",
+    "start_ranks",
+    "kill_ranks",
+    "running",
+    "STACKS_TIMEOUT",
+    "KILL_TIMEOUT",
+    "UNEXPECTED_MESSAGE",
+]
+
+STACKS_TIMEOUT = 2.0
+KILL_TIMEOUT = 2.0
+UNEXPECTED_MESSAGE = "rank {rank} sent an unexpected {message!r} while the controller waited for {waiting}"
+_PIPE, _SENTINEL = "pipe", "sentinel"
+
+
+def running(pid: int) -> bool:
+    """True if process ``pid`` exists and is not a zombie (used for ranks that are not our children)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    except OSError:  # no /proc: ask the kernel, which cannot tell a zombie
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+
+
+@dataclass
+class RankProcess:
+    """The controller's handle on one rank: its process, pipes and log file."""
+
+    rank: int
+    process: Any
+    conn: Any
+    log_file: str
+    log_fd: int = -1
+    control: Any = None  # the write end of the rank's control pipe
+    # Bytes of the log already handed out by read_output().
+    log_offset: int = 0
+    # Output read early (before a faulthandler dump) and not yet reported.
+    stash: str = ""
+
+    def log_size(self) -> int:
+        """Bytes the rank has written to its log so far."""
+        return os.fstat(self.log_fd).st_size
+
+    def read_output(self) -> str:
+        """What the rank wrote since the last call; the controller calls this per test."""
+        size = self.log_size()
+        data = os.pread(self.log_fd, size - self.log_offset, self.log_offset) if size > self.log_offset else b""
+        self.log_offset += len(data)
+        text, self.stash = self.stash + data.decode("utf-8", "replace"), ""
+        return text
+
+    def mark_output(self) -> None:
+        """Forget output written so far."""
+        self.log_offset = self.log_size()
+
+    def exitcode(self) -> Optional[int]:
+        """The rank's exit code once it ended (None while it runs)."""
+        return self.process.exitcode
+
+    def signal_group(self, signum: int) -> None:
+        """Send ``signum`` to the rank and every process its tests started (its process group)."""
+        pid = self.process.pid
+        if pid is None:
+            return
+        try:
+            os.killpg(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            # Not (yet) a group leader, or the group is gone: the rank alone.
+            try:
+                os.kill(pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self) -> None:
+        """Close the controller's ends: the pipes and the log."""
+        self.conn.close()
+        if self.control is not None:
+            self.control.close()
+        if self.log_fd >= 0:
+            os.close(self.log_fd)
+            self.log_fd = -1
+
+
+def start_ranks(cls: type, world_size: int, world_dir: str, role: str = "continuous",
+                method: Optional[str] = None, rendezvous: Optional[str] = None) -> List[RankProcess]:
+    """Fork ``world_size`` ranks from the template; worlds and fresh ranks call this."""
+    from continuous_test.worker import rank_main
+
+    ctx = template.get_context()
+    module = sys.modules.get(cls.__module__)
+    module_file = getattr(module, "__file__", None)
+    rendezvous = rendezvous or os.path.join(world_dir, "rendezvous")
+    os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT, 0o600))
+    env = dict(os.environ)
+    ranks = []
+    for rank in range(world_size):
+        log_file = os.path.join(world_dir, f"rank{rank}.log")
+        log_fd = os.open(log_file, os.O_RDONLY | os.O_CREAT, 0o600)
+        spec = RankSpec(rank, world_size, cls.__module__, cls.__qualname__, module_file,
+                        world_dir, rendezvous, log_file, env, template.private_dir(), role, method,
+                        controller_pid=os.getpid(), parent_pid=template.parent_pid())
+        parent, child = ctx.Pipe()
+        control_r, control_w = ctx.Pipe(duplex=False)
+        process = ctx.Process(target=rank_main, args=(spec, child, control_r), name=f"{cls.__name__}-rank{rank}")
+        process.start()
+        child.close()
+        control_r.close()
+        ranks.append(RankProcess(rank, process, parent, log_file, log_fd, control_w))
+    return ranks
+
+
+def kill_ranks(ranks: Sequence[RankProcess], timeout: float = KILL_TIMEOUT) -> None:
+    """Terminate, then kill, every rank with what its tests started, and reap them all."""
+    for handle in ranks:
+        if _alive(handle):
+            handle.signal_group(signal.SIGTERM)
+    _join_all(ranks, timeout)
+    for handle in ranks:
+        # Always: a rank that ended may have left processes in its group.
+        handle.signal_group(signal.SIGKILL)
+    _join_all(ranks, timeout)
+    for handle in ranks:
+        handle.close()
+
+
+def _alive(handle: RankProcess) -> bool:
+    # exitcode alone is not enough: when the template dies, the process handle
+    # reports exit code 255 for ranks that may still be running.
+    return handle.exitcode() is None or (handle.process.pid is not None and running(handle.process.pid))
+
+
+def _join_all(ranks: Sequence[RankProcess], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for handle in ranks:
+        handle.process.join(max(0.0, deadline - time.monotonic()))
+        while handle.process.pid is not None and running(handle.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)  # a rank orphaned by a dead template: no sentinel left to wait on
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What one wait is for: the reply each rank owes, and how long to wait for it."""
+
+    # Message types that complete a rank, and other types accepted meanwhile.
+    replies: Tuple[type, ...]
+    accepts: Tuple[type, ...] = ()
+    # TestDone messages must carry this sequence number.
+    seq: int = 0
+    deadline: float = float("inf")
+    # After a first failure or death, the others get this long to reply.
+    grace: float = 0.0
+    # Stop at the first failure instead (starting a world).
+    fail_fast: bool = False
+    # Also wait until each rank's process ended (fresh ranks, shutdown).
+    until_exit: bool = False
+
+    def describe(self) -> str:
+        """``TestDone #3`` or ``Ready``, for error messages."""
+        names = "/".join(t.__name__ for t in self.replies) or "the ranks to exit"
+        return f"{names} #{self.seq}" if TestDone in self.replies else names
+
+
+@dataclass
+class Waited:
+    """What one wait saw: replies, other messages, faults and endings, per rank."""
+
+    pending: set
+    replies: Dict[int, Any] = field(default_factory=dict)
+    # Accepted messages other than replies (stacks, a late TestDone), by type.
+    others: Dict[type, Dict[int, Any]] = field(default_factory=dict)
+    faults: List[RankFault] = field(default_factory=list)
+    # Ranks whose process ended during the wait, with their exit codes.
+    exits: Dict[int, Optional[int]] = field(default_factory=dict)
+    # Ranks that died after they had replied (between tests, for a shared world).
+    died_after_reply: Dict[int, Optional[int]] = field(default_factory=dict)
+    template_died: bool = False
+    grace_deadline: Optional[float] = None
+    # True once a rank failed or died: a fail-fast wait ends there.
+    failed: bool = False
+
+    def other(self, kind: type, rank: int) -> Any:
+        """The accepted message of type ``kind`` from ``rank``, if one came."""
+        return self.others.get(kind, {}).get(rank)
+
+
+class Watch:
+    """One selector over a set of ranks' pipes and sentinels, alive as long as the ranks."""
+
+    def __init__(self, ranks: Sequence[RankProcess]) -> None:
+        self.ranks = {h.rank: h for h in ranks}
+        self._selector: selectors.BaseSelector = selectors.DefaultSelector()
+        for handle in ranks:
+            self._selector.register(handle.conn, selectors.EVENT_READ, (_PIPE, handle))
+            self._selector.register(handle.process.sentinel, selectors.EVENT_READ, (_SENTINEL, handle))
+        # Ranks whose sentinel fired (their process ended) or whose pipe closed.
+        self._ended: set = set()
+        self._closed_pipes: set = set()
+
+    def close(self) -> None:
+        """Release the selector; the world calls this before killing its ranks."""
+        self._selector.close()
+
+    # -- the one wait loop -----------------------------------------------------------
+
+    def wait(self, goal: Goal) -> Waited:
+        """Wait until every rank replied as ``goal`` says, or a deadline passed."""
+        state = Waited(pending=set(self.ranks) - self._ended)
+        for rank in self._ended:
+            state.exits[rank] = self.ranks[rank].exitcode()
+        while state.pending and not (goal.fail_fast and state.failed):
+            until = min(goal.deadline, state.grace_deadline or goal.deadline)
+            events = self._selector.select(max(0.0, until - time.monotonic()))
+            if not events:
+                self._expire(state, goal, timed_out=until >= goal.deadline)
+                break
+            for key, _ in events:
+                self._event(key.data, state, goal)
+        return state
+
+    def _event(self, data: Tuple[str, RankProcess], state: Waited, goal: Goal) -> None:
+        source, handle = data
+        if handle.rank in (self._closed_pipes if source == _PIPE else self._ended):
+            return  # handled by an earlier event of this batch
+        if source == _PIPE:
+            self._read(handle, state, goal)
+        elif handle.rank in state.pending:
+            self._ended_now(handle, state, goal)
+        else:
+            self._ended_early(handle, state, goal)
+
+    def deaths(self) -> Dict[int, Optional[int]]:
+        """Ranks that ended since the last wait, without blocking; checked before each test."""
+        found: Dict[int, Optional[int]] = {}
+        for key, _ in self._selector.select(0):
+            source, handle = key.data
+            if source == _SENTINEL and handle.rank not in self._ended:
+                self._mark_ended(handle)
+                found[handle.rank] = handle.exitcode()
+        return found
+
+    def _read(self, handle: RankProcess, state: Waited, goal: Goal) -> None:
+        try:
+            message = protocol.recv(handle.conn)
+        except (EOFError, OSError):
+            # The pipe closed: the sentinel says how the process ended.
+            self._selector.unregister(handle.conn)
+            self._closed_pipes.add(handle.rank)
+            return
+        self._dispatch(handle, message, state, goal)
+
+    def _dispatch(self, handle: RankProcess, message: Any, state: Waited, goal: Goal) -> None:
+        """Decode one message from a rank: every message from every rank passes here."""
+        kind = type(message)
+        if kind is TestDone and message.seq != goal.seq:
+            raise ProtocolError(UNEXPECTED_MESSAGE.format(rank=handle.rank, message=message, waiting=goal.describe()))
+        if kind in goal.replies:
+            state.replies[handle.rank] = message
+            if not goal.until_exit:
+                state.pending.discard(handle.rank)
+            if _is_failure(message):
+                self._failed(state, goal)
+        elif kind in goal.accepts:
+            state.others.setdefault(kind, {})[handle.rank] = message
+        else:
+            raise ProtocolError(UNEXPECTED_MESSAGE.format(rank=handle.rank, message=message, waiting=goal.describe()))
+
+    def _drain(self, handle: RankProcess, state: Waited, goal: Goal) -> None:
+        # Read what the rank sent before it ended.
+        if handle.rank in self._closed_pipes:
+            return
+        try:
+            while handle.conn.poll(0):
+                self._dispatch(handle, protocol.recv(handle.conn), state, goal)
+        except (EOFError, OSError):
+            pass
+
+    def _ended_now(self, handle: RankProcess, state: Waited, goal: Goal) -> None:
+        """A pending rank's process ended: a normal end for fresh ranks, else a death."""
+        self._drain(handle, state, goal)
+        self._mark_ended(handle)
+        state.pending.discard(handle.rank)
+        code = state.exits[handle.rank] = handle.exitcode()
+        if goal.until_exit:
+            return  # an ending, which the caller judges (fresh ranks may exit as they please)
+        if handle.rank in state.replies:
+            state.died_after_reply[handle.rank] = code
+            return
+        dead_template = template.died()
+        state.template_died |= dead_template
+        kind = FaultKind.TEMPLATE_DIED if dead_template else FaultKind.DIED
+        state.faults.append(RankFault(handle.rank, kind, exitcode=code))
+        self._failed(state, goal)
+
+    def _ended_early(self, handle: RankProcess, state: Waited, goal: Goal) -> None:
+        # A rank that already replied ended while others had not: it died between tests.
+        self._drain(handle, state, goal)
+        self._mark_ended(handle)
+        code = handle.exitcode()
+        state.exits[handle.rank] = code
+        if not goal.until_exit:
+            state.died_after_reply[handle.rank] = code
+
+    def _mark_ended(self, handle: RankProcess) -> None:
+        self._ended.add(handle.rank)
+        self._selector.unregister(handle.process.sentinel)
+        if handle.rank not in self._closed_pipes:
+            self._selector.unregister(handle.conn)
+            self._closed_pipes.add(handle.rank)
+        # The sentinel fires as the process exits; under spawn, its status may take
+        # a moment more to be reaped.
+        handle.process.join(KILL_TIMEOUT)
+
+    @staticmethod
+    def _failed(state: Waited, goal: Goal) -> None:
+        # After a first failure or death the others get a grace period to report
+        # (peers of a dead rank usually fail fast); who has not by then is stuck.
+        state.failed = True
+        if state.grace_deadline is None:
+            state.grace_deadline = time.monotonic() + goal.grace
+
+    def _expire(self, state: Waited, goal: Goal, timed_out: bool) -> None:
+        if timed_out:
+            kind = FaultKind.TIMED_OUT
+        else:
+            died = any(f.kind in (FaultKind.DIED, FaultKind.TEMPLATE_DIED) for f in state.faults)
+            kind = FaultKind.INTERRUPTED if died else FaultKind.STUCK
+        stuck = sorted(state.pending)
+        stacks = self.stacks(stuck, state, goal)
+        for rank in stuck:
+            late = state.other(TestDone, rank)
+            if late is not None and TestDone in goal.replies:
+                state.replies[rank] = late  # it answered while its stacks were taken
+                continue
+            state.faults.append(RankFault(rank, kind, stacks=stacks.get(rank)))
+        state.pending.clear()
+
+    # -- stacks ----------------------------------------------------------------------
+
+    def stacks(self, ranks: Sequence[int], state: Optional[Waited] = None, goal: Optional[Goal] = None,
+               timeout: float = STACKS_TIMEOUT) -> Dict[int, str]:
+        """Python stacks of ``ranks``: asked over the control pipe, else dumped by faulthandler."""
+        asked = []
+        for rank in ranks:
+            handle = self.ranks[rank]
+            if rank in self._ended:
+                continue
+            try:
+                protocol.send(handle.control, DumpStacks())
+                asked.append(rank)
+            except OSError:
+                pass
+        accepts = (goal.replies + goal.accepts) if goal is not None else ()
+        request = Goal(replies=(Stacks,), accepts=tuple(t for t in accepts if t is not Stacks),
+                       seq=goal.seq if goal is not None else 0, deadline=time.monotonic() + timeout)
+        answered = self._wait_stacks(request, asked)
+        if state is not None:
+            for kind, per_rank in answered.others.items():
+                state.others.setdefault(kind, {}).update(per_rank)
+            for rank, message in answered.replies.items():
+                state.others.setdefault(Stacks, {})[rank] = message
+        found = {rank: message.text for rank, message in answered.replies.items()}
+        for rank in asked:
+            if rank not in found:
+                found[rank] = _faulthandler_stacks(self.ranks[rank])
+        return found
+
+    def _wait_stacks(self, request: Goal, asked: List[int]) -> Waited:
+        result = Waited(pending=set(asked))
+        while result.pending:
+            events = self._selector.select(max(0.0, request.deadline - time.monotonic()))
+            if not events:
+                break
+            for key, _ in events:
+                source, handle = key.data
+                if handle.rank in (self._closed_pipes if source == _PIPE else self._ended):
+                    continue
+                if source == _PIPE:
+                    self._read(handle, result, request)
+                else:  # it ended while asked: no stacks to take
+                    self._drain(handle, result, request)
+                    self._mark_ended(handle)
+                    result.pending.discard(handle.rank)
+        return result
+
+
+def _is_failure(message: Any) -> bool:
+    if isinstance(message, InitFailed):
+        return True
+    if isinstance(message, TestDone):
+        return message.outcome is not None and message.outcome.has_failure()
+    return False
+
+
+def _faulthandler_stacks(handle: RankProcess) -> str:
+    # The listener thread could not answer (the GIL is held by C code): ask
+    # faulthandler, which dumps every thread without the GIL, into the rank's log.
+    handle.stash += handle.read_output()
+    try:
+        size_before = handle.log_size()
+        os.kill(handle.process.pid, signal.SIGUSR1)
+    except OSError:
+        return "(no stacks: the rank did not answer)"
+    deadline = time.monotonic() + 1.0
+    # Nothing signals that the dump was written but the file growing: poll it,
+    # briefly, on this rare path only.
+    while time.monotonic() < deadline and handle.log_size() == size_before:
+        time.sleep(0.02)
+    time.sleep(0.05)  # let faulthandler finish writing
+    stash, handle.stash = handle.stash, ""
+    dump = handle.read_output()
+    handle.stash = stash
+    return "(dumped by faulthandler)\n" + dump if dump else "(no stacks: the rank did not answer)"
+
+
+class FreshRanks:
+    """The ranks of one MultiProcessTestCase test: started, awaited until they end, reaped."""
+
+    def __init__(self, cls: type, world_size: int, method: str, world_dir: str, rendezvous: str) -> None:
+        self.cls, self.world_size, self.method = cls, world_size, method
+        self.world_dir, self.rendezvous = world_dir, rendezvous
+        self.ranks: List[RankProcess] = []
+        self._watch: Optional[Watch] = None
+
+    def start(self) -> None:
+        """Fork the ranks; each starts running the test at once."""
+        self.ranks = start_ranks(self.cls, self.world_size, self.world_dir, "single", self.method, self.rendezvous)
+        self._watch = Watch(self.ranks)
+
+    def wait(self, time_limit: float, grace: float) -> Tuple[Waited, Dict[int, str]]:
+        """Wait until every rank ended, or the time limit (or the grace after a failure) expired."""
+        assert self._watch is not None, "FreshRanks.wait() before start()"
+        goal = Goal(replies=(TestDone,), deadline=time.monotonic() + time_limit, grace=grace, until_exit=True)
+        waited = self._watch.wait(goal)
+        return waited, {h.rank: h.read_output() for h in self.ranks}
+
+    def stop(self) -> None:
+        """Kill whatever still runs, with what its tests started, and reap it."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        kill_ranks(self.ranks)
+        self.ranks = []
