@@ -18,7 +18,6 @@ the controller path.
 """
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 import unittest
@@ -28,31 +27,14 @@ from typing import Any, Optional
 import expecttest
 import torch
 
-from continuous_test import compare, replay, worker
-from continuous_test.config import ConfigError
+from continuous_test import compare, config, replay, worker
+from continuous_test.config import BAD_WORLD_SIZE, NOT_IMPORTABLE, UNKNOWN_BACKEND
 from continuous_test.launch import detect
 
 __all__ = ["TestCase", "MultiProcContinuousTest", "BAD_WORLD_SIZE", "NOT_IMPORTABLE", "UNKNOWN_BACKEND"]
 
 # Hide this module's frames (assertEqual and friends) from unittest tracebacks.
 __unittest = True
-
-DEFAULT_CPU_WORLD_SIZE = 2
-BAD_WORLD_SIZE = (
-    "{cls}.world_size must be a positive int, got {value!r}; set it as a class "
-    "attribute (world_size = 2) or a property that returns an int"
-)
-NOT_IMPORTABLE = (
-    "{cls} cannot be imported by its rank processes ({why}); define the test class at "
-    "the top level of a module"
-)
-UNKNOWN_BACKEND = "{cls}.backend_str() returned unknown backend {name!r}; known backends: {known}"
-NO_DEVICES = "{cls} needs {needed} {device} device(s), found {found}"
-BACKEND_UNAVAILABLE = "{cls}: backend {name!r} is not available in this build of torch"
-
-
-ENV_TORCH_TESTCASE = "CONTINUOUS_TEST_TORCH_TESTCASE"
-
 
 def _torch_test_case() -> type:
     """The base of :class:`TestCase`: torch's own TestCase for files that use torch's testing internals.
@@ -66,11 +48,11 @@ def _torch_test_case() -> type:
     may also set), so the template and the ranks, which import this module before
     the test file, choose the same base as the controller.
     """
-    choice = os.environ.get(ENV_TORCH_TESTCASE)
-    if choice not in ("0", "1"):
-        choice = "1" if "torch.testing._internal.common_utils" in sys.modules else "0"
-        os.environ[ENV_TORCH_TESTCASE] = choice
-    if choice == "1":
+    wanted = config.torch_testcase_wanted()
+    if wanted is None:
+        wanted = "torch.testing._internal.common_utils" in sys.modules
+        os.environ[config.ENV_TORCH_TESTCASE] = "1" if wanted else "0"
+    if wanted:
         try:
             from torch.testing._internal.common_utils import TestCase as TorchTestCase
         except Exception:  # a torch build without torch.testing._internal
@@ -203,77 +185,13 @@ class MultiProcContinuousTest(TestCase):
                                 pg_options=cls.opts(), timeout=cls.timeout)
         cls.pg = dist.distributed_c10d._get_default_group()
 
-    # -- resolved configuration (controller side) ----------------------------------
-
-    @classmethod
-    def _resolve_device_type(cls) -> str:
-        attr = inspect.getattr_static(cls, "device_type")
-        if isinstance(attr, (classmethod, staticmethod)):
-            return cls.device_type()
-        if isinstance(attr, property):
-            return attr.fget(cls)
-        if callable(attr):
-            return attr()
-        return str(attr)
-
-    @classmethod
-    def _resolve_world_size(cls) -> int:
-        from continuous_test import config
-
-        value = config.world_size_override(cls)
-        if value is None:
-            attr = inspect.getattr_static(cls, "world_size", None)
-            value = attr.fget(object.__new__(cls)) if isinstance(attr, property) else cls.world_size
-        if value is None or value == -2:  # -2 is torch's "unset"
-            return cls._default_world_size()
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(BAD_WORLD_SIZE.format(cls=cls.__qualname__, value=value))
-        return value
-
-    @classmethod
-    def _default_world_size(cls) -> int:
-        device = cls._resolve_device_type()
-        if device == "cpu":
-            return DEFAULT_CPU_WORLD_SIZE
-        count = torch.get_device_module(device).device_count()
-        if count == 0:
-            raise unittest.SkipTest(NO_DEVICES.format(cls=cls.__qualname__, needed="at least 1", device=device, found=0))
-        return count
-
-    @classmethod
-    def _check_backend(cls, world_size: int) -> None:
-        import torch.distributed as dist
-
-        if not dist.is_available():
-            raise unittest.SkipTest("torch.distributed is not available in this build of torch")
-        spec = cls.backend_str()
-        for name in _backend_names(spec):
-            known = [b for b in dist.Backend.backend_list if b != "undefined"]
-            if name not in known:
-                raise ConfigError(UNKNOWN_BACKEND.format(cls=cls.__qualname__, name=name, known=", ".join(known)))
-            if not dist.is_backend_available(name):
-                raise unittest.SkipTest(BACKEND_UNAVAILABLE.format(cls=cls.__qualname__, name=name))
-        device = cls._resolve_device_type()
-        if device != "cpu":
-            found = torch.get_device_module(device).device_count()
-            if found < world_size:
-                raise unittest.SkipTest(NO_DEVICES.format(cls=cls.__qualname__, needed=world_size, device=device, found=found))
-
-    @classmethod
-    def _check_importable(cls) -> None:
-        if "<locals>" in cls.__qualname__:
-            why = f"it is defined inside a function: {cls.__qualname__}"
-            raise ConfigError(NOT_IMPORTABLE.format(cls=cls.__qualname__, why=why))
-        module = sys.modules.get(cls.__module__)
-        if cls.__module__ == "__main__" and not getattr(module, "__file__", None):
-            raise ConfigError(NOT_IMPORTABLE.format(cls=cls.__qualname__, why="its module __main__ has no file"))
-
     # -- per-instance view -----------------------------------------------------------
 
     @property
     def device(self) -> torch.device:
         """This rank's device: ``cuda:LOCAL_RANK`` for accelerators, else cpu."""
-        device = type(self)._resolve_device_type()
+        ctx = worker.current()
+        device = ctx.spec.settings.device_type if ctx is not None and ctx.spec.settings else config.resolve_device_type(type(self))
         if device == "cpu":
             return torch.device("cpu")
         return torch.device(device, int(os.environ.get("LOCAL_RANK", "0")))
@@ -293,7 +211,7 @@ class MultiProcContinuousTest(TestCase):
         return replay.run_with(self, result, self._dispatch)
 
     def _dispatch(self) -> Any:
-        from continuous_test import config, world
+        from continuous_test import world
 
         cls = type(self)
         started = world.start_world_for(cls)
@@ -309,13 +227,3 @@ class MultiProcContinuousTest(TestCase):
                 sys.modules["continuous_test.world"].stop_world(cls)
         finally:
             super().tearDownClass()
-
-
-def _backend_names(spec: Optional[str]) -> list:
-    """``gloo`` -> [gloo]; ``cpu:gloo,cuda:nccl`` -> [gloo, nccl]."""
-    if not spec:
-        return []
-    names = []
-    for part in str(spec).lower().split(","):
-        names.append(part.split(":")[-1].strip())
-    return [n for n in names if n]

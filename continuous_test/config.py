@@ -1,28 +1,56 @@
-"""Settings, resolved once with a documented precedence.
+"""Settings, resolved once per test class into a frozen :class:`ClassSettings`.
 
-Per-test time limit, highest precedence first:
+Every setting goes through this module, with one precedence, highest first:
 
-1. the command line (``--ct-timeout`` of the pytest plugin, via :func:`set_cli_timeout`);
-2. the ``CONTINUOUS_TEST_TIMEOUT`` environment variable;
-3. a ``ct_timeout(seconds)`` pytest marker, then the ``@continuous_test.timeout(seconds)``
-   decorator on the test;
-4. the ``test_timeout`` class attribute;
-5. :data:`DEFAULT_TEST_TIMEOUT`.
+1. the runner: the pytest plugin's options (``--ct-timeout``, ``--ct-world-size``),
+   then its markers on one class or test (``world_size``, ``ct_timeout``);
+2. the environment (``CONTINUOUS_TEST_*``);
+3. the test class (``world_size``, ``test_timeout``, ``grace_period``, ...) or the
+   ``@continuous_test.time_limit(seconds)`` decorator on one test;
+4. the defaults below.
 
-The result is then multiplied by ``CONTINUOUS_TEST_TIMEOUT_SCALE`` (default 1),
-for slow machines.  The grace period after a first failure comes from
-``CONTINUOUS_TEST_GRACE``, else the ``grace_period`` class attribute, else
-:data:`DEFAULT_GRACE`.  Every bad value raises :class:`ConfigError` naming where
-it came from.
+(For the per-test time limit the environment beats the markers, so that one
+variable can raise every limit on a slow machine; ``CONTINUOUS_TEST_TIMEOUT_SCALE``
+then multiplies it.)  The runner's settings are not module globals: the pytest
+plugin passes them for each test through :func:`overridden`, so nothing leaks from
+one pytest session to the next in the same process.
+
+:func:`resolve` reads a class once, through torch's documented override points
+(``world_size``, ``device_type()``, ``backend_str()``) and plain attributes, checks
+the result, and returns a :class:`ClassSettings` that the controller keeps and the
+ranks receive inside their :class:`~continuous_test.protocol.RankSpec`.  Every bad
+value raises :class:`ConfigError` naming where it came from; a backend or device this
+machine lacks raises :class:`unittest.SkipTest`.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import inspect
 import math
+import multiprocessing
 import os
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypeVar
+import sys
+import unittest
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator, Mapping, NoReturn, Optional, TypeVar
 
 __all__ = [
     "ConfigError",
+    "ClassSettings",
+    "Overrides",
+    "resolve",
+    "overridden",
+    "current_overrides",
+    "parse_positive_int",
+    "parse_choice",
+    "start_method",
+    "torch_testcase_wanted",
+    "resolve_device_type",
+    "resolve_fresh",
+    "with_world_size",
+    "backend_names",
+    "time_limit",
     "DEFAULT_TEST_TIMEOUT",
     "DEFAULT_GRACE",
     "DEFAULT_START_TIMEOUT",
@@ -40,11 +68,12 @@ __all__ = [
     "grace_period",
     "start_timeout",
     "shutdown_timeout",
-    "set_cli_timeout",
-    "set_cli_world_size",
-    "mark_world_size",
-    "mark_timeout",
-    "world_size_override",
+    "BAD_WORLD_SIZE",
+    "NOT_IMPORTABLE",
+    "UNKNOWN_BACKEND",
+    "NO_DEVICES",
+    "BACKEND_UNAVAILABLE",
+    "BAD_START_METHOD",
 ]
 
 DEFAULT_TEST_TIMEOUT = 300.0
@@ -58,20 +87,57 @@ ENV_GRACE = "CONTINUOUS_TEST_GRACE"
 ENV_START_TIMEOUT = "CONTINUOUS_TEST_START_TIMEOUT"
 ENV_START_METHOD = "CONTINUOUS_TEST_START_METHOD"
 ENV_SHUTDOWN_TIMEOUT = "CONTINUOUS_TEST_SHUTDOWN_TIMEOUT"
+ENV_TORCH_TESTCASE = "CONTINUOUS_TEST_TORCH_TESTCASE"
 
+DEFAULT_CPU_WORLD_SIZE = 2
 INVALID_VALUE = "Invalid {what} {value!r} from {source}: expected a positive number of seconds"
+INVALID_INT = "Invalid {what} {value!r} from {source}: expected a positive int"
+INVALID_CHOICE = "Invalid {what} {value!r} from {source}: expected one of {choices}"
+BAD_WORLD_SIZE = (
+    "{cls}.world_size must be a positive int, got {value!r}; set it as a class "
+    "attribute (world_size = 2) or a property that returns an int"
+)
+NOT_IMPORTABLE = (
+    "{cls} cannot be imported by its rank processes ({why}); define the test class at "
+    "the top level of a module"
+)
+UNKNOWN_BACKEND = "{cls}.backend_str() returned unknown backend {name!r}; known backends: {known}"
+NO_DEVICES = "{cls} needs {needed} {device} device(s), found {found}"
+BACKEND_UNAVAILABLE = (
+    "{cls}: backend {name!r} is not available on this machine (this build of torch, or no device for it); "
+    "the class is skipped"
+)
+BAD_START_METHOD = (
+    "Invalid start method {value!r} from " + ENV_START_METHOD + " environment variable: "
+    "expected one of {choices}"
+)
 TIMEOUT_ATTR = "__continuous_test_timeout__"
 
 F = TypeVar("F", bound=Callable[..., Any])
-_cli_timeout: Optional[float] = None
-_cli_world_size: Optional[int] = None
-# Set from pytest markers: per class world sizes and per test time limits.
-_marked_world_sizes: Dict[type, int] = {}
-_marked_timeouts: Dict[Tuple[type, str], float] = {}
 
 
 class ConfigError(ValueError):
     """A setting has a value that cannot be used; the message says where it came from."""
+
+
+def parse_positive_int(value: Any, what: str, source: str) -> int:
+    """Validate a positive int (not a bool); strings are accepted only from text sources."""
+    number: Any = value
+    if isinstance(value, str):
+        try:
+            number = int(value.strip())
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
+        raise ConfigError(INVALID_INT.format(what=what, value=value, source=source))
+    return number
+
+
+def parse_choice(value: str, what: str, source: str, choices: tuple) -> str:
+    """Validate one of a fixed set of words."""
+    if value not in choices:
+        raise ConfigError(INVALID_CHOICE.format(what=what, value=value, source=source, choices=", ".join(choices)))
+    return value
 
 
 def parse_seconds(value: Any, what: str, source: str) -> float:
@@ -85,9 +151,9 @@ def parse_seconds(value: Any, what: str, source: str) -> float:
     return seconds
 
 
-def timeout(seconds: float) -> Callable[[F], F]:
+def time_limit(seconds: float) -> Callable[[F], F]:
     """Decorator: give one test its own time limit in seconds."""
-    limit = parse_seconds(seconds, "timeout", "@continuous_test.timeout(...)")
+    limit = parse_seconds(seconds, "time limit", "@continuous_test.time_limit(...)")
 
     def decorate(fn: F) -> F:
         setattr(fn, TIMEOUT_ATTR, limit)
@@ -96,40 +162,41 @@ def timeout(seconds: float) -> Callable[[F], F]:
     return decorate
 
 
-def set_cli_timeout(seconds: Optional[float]) -> None:
-    """Install the command-line time limit; the pytest plugin calls this at configure time."""
-    global _cli_timeout
-    _cli_timeout = None if seconds is None else parse_seconds(seconds, "timeout", "the --ct-timeout option")
+def timeout(seconds: float) -> Callable[[F], F]:
+    """The former name of :func:`time_limit` (not the class's process-group ``timeout``)."""
+    limit = parse_seconds(seconds, "timeout", "@continuous_test.timeout(...)")
+    return time_limit(limit)
 
 
-def set_cli_world_size(world_size: Optional[int]) -> None:
-    """Install the command-line world size; the pytest plugin calls this at configure time."""
-    global _cli_world_size
-    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size <= 0):
-        raise ConfigError(f"Invalid world size {world_size!r} from the --ct-world-size option: expected a positive int")
-    _cli_world_size = world_size
+@dataclass(frozen=True)
+class Overrides:
+    """What the runner imposes on the tests it runs now: the pytest plugin's options and markers."""
+
+    # --ct-timeout / --ct-world-size (or their ini keys).
+    time_limit: Optional[float] = None
+    world_size: Optional[int] = None
+    # The current test's ct_timeout and world_size markers.
+    marked_time_limit: Optional[float] = None
+    marked_world_size: Optional[int] = None
 
 
-def mark_world_size(cls: type, world_size: int, source: str) -> None:
-    """Record a ``world_size`` marker for ``cls``; the pytest plugin calls this at collection."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size <= 0:
-        raise ConfigError(f"Invalid world size {world_size!r} from {source}: expected a positive int")
-    _marked_world_sizes[cls] = world_size
+_OVERRIDES: contextvars.ContextVar[Overrides] = contextvars.ContextVar("continuous_test_overrides",
+                                                                        default=Overrides())
 
 
-def mark_timeout(cls: type, name: str, seconds: Any, source: str) -> None:
-    """Record a per-test time limit marker; the pytest plugin calls this at collection."""
-    _marked_timeouts[(cls, name)] = parse_seconds(seconds, "timeout", source)
+@contextlib.contextmanager
+def overridden(overrides: Overrides) -> Iterator[None]:
+    """Apply the runner's settings while one test runs; the pytest plugin wraps each test in this."""
+    token = _OVERRIDES.set(overrides)
+    try:
+        yield
+    finally:
+        _OVERRIDES.reset(token)
 
 
-def world_size_override(cls: type) -> Optional[int]:
-    """The world size the command line or a marker imposes on ``cls``, if any."""
-    if _cli_world_size is not None:
-        return _cli_world_size
-    for klass in getattr(cls, "__mro__", (cls,)):
-        if klass in _marked_world_sizes:
-            return _marked_world_sizes[klass]
-    return None
+def current_overrides() -> Overrides:
+    """The runner's settings for the test running now (none outside pytest)."""
+    return _OVERRIDES.get()
 
 
 def _env_seconds(name: str, env: Mapping[str, str], what: str) -> Optional[float]:
@@ -141,11 +208,12 @@ def _env_seconds(name: str, env: Mapping[str, str], what: str) -> Optional[float
 
 def test_time_limit(cls: type, method: Optional[Callable], env: Mapping[str, str] = os.environ) -> float:
     """Resolve the time limit of one test; the controller calls this before dispatching it."""
-    limit = _cli_timeout
+    overrides = current_overrides()
+    limit = overrides.time_limit
     if limit is None:
         limit = _env_seconds(ENV_TIMEOUT, env, "timeout")
-    if limit is None and method is not None:
-        limit = _marked_timeouts.get((cls, getattr(method, "__name__", "")))
+    if limit is None:
+        limit = overrides.marked_time_limit
     if limit is None and method is not None:
         limit = getattr(method, TIMEOUT_ATTR, None)
     if limit is None and getattr(cls, "test_timeout", None) is not None:
@@ -181,3 +249,158 @@ def shutdown_timeout(cls: type, env: Mapping[str, str] = os.environ) -> float:
     """Bound on a graceful world shutdown; ranks still alive after it are killed."""
     return _class_seconds(cls, "shutdown_timeout", "shutdown timeout", ENV_SHUTDOWN_TIMEOUT,
                           DEFAULT_SHUTDOWN_TIMEOUT, env)
+
+
+def start_method(env: Mapping[str, str] = os.environ) -> str:
+    """The start method ranks use: the environment's choice, else forkserver, else spawn."""
+    available = multiprocessing.get_all_start_methods()
+    wanted = env.get(ENV_START_METHOD, "").strip()
+    if wanted:
+        choices = tuple(m for m in ("forkserver", "spawn") if m in available)
+        if wanted not in choices:
+            raise ConfigError(BAD_START_METHOD.format(value=wanted, choices=", ".join(choices)))
+        return wanted
+    return "forkserver" if "forkserver" in available else "spawn"
+
+
+def torch_testcase_wanted(env: Mapping[str, str] = os.environ) -> Optional[bool]:
+    """``CONTINUOUS_TEST_TORCH_TESTCASE``: True, False, or None when unset (then the import order decides)."""
+    raw = env.get(ENV_TORCH_TESTCASE, "").strip()
+    if not raw:
+        return None
+    return parse_choice(raw, "choice", f"{ENV_TORCH_TESTCASE} environment variable", ("0", "1")) == "1"
+
+
+# -- one class's settings ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClassSettings:
+    """One test class's settings, resolved once; the controller keeps it and its ranks receive it."""
+
+    qualname: str
+    world_size: int
+    device_type: str
+    backend: Optional[str]
+    grace: float
+    start_timeout: float
+    shutdown_timeout: float
+
+
+def resolve(cls: type, world_size: Optional[int] = None, check_importable: bool = True,
+            env: Mapping[str, str] = os.environ) -> ClassSettings:
+    """Read and check ``cls``'s settings; the controller calls this before starting a world.
+
+    ``world_size`` is the size a launcher already started (torchrun, srun), which the
+    class is then checked against by the caller.
+    """
+    if check_importable:
+        _check_importable(cls)
+    device = resolve_device_type(cls)
+    size = _world_size(cls, device) if world_size is None else world_size
+    backend = _backend(cls, device, size)
+    return ClassSettings(
+        qualname=cls.__qualname__, world_size=size, device_type=device, backend=backend,
+        grace=grace_period(cls, env), start_timeout=start_timeout(cls, env),
+        shutdown_timeout=shutdown_timeout(cls, env),
+    )
+
+
+def resolve_fresh(cls: type, world_size: Any, env: Mapping[str, str] = os.environ) -> ClassSettings:
+    """Settings of one MultiProcessTestCase test, whose world size the instance gives."""
+    overrides = current_overrides()
+    value = overrides.world_size if overrides.world_size is not None else overrides.marked_world_size
+    value = world_size if value is None else value
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(BAD_WORLD_SIZE.format(cls=cls.__qualname__, value=value))
+    return ClassSettings(
+        qualname=cls.__qualname__, world_size=value, device_type=resolve_device_type(cls), backend=None,
+        grace=grace_period(cls, env), start_timeout=start_timeout(cls, env),
+        shutdown_timeout=shutdown_timeout(cls, env),
+    )
+
+
+def with_world_size(settings: ClassSettings, world_size: int) -> ClassSettings:
+    """The same settings for another world size (a launcher's)."""
+    return replace(settings, world_size=world_size)
+
+
+def _check_importable(cls: type) -> None:
+    if "<locals>" in cls.__qualname__:
+        why = f"it is defined inside a function: {cls.__qualname__}"
+        raise ConfigError(NOT_IMPORTABLE.format(cls=cls.__qualname__, why=why))
+    module = sys.modules.get(cls.__module__)
+    if cls.__module__ == "__main__" and not getattr(module, "__file__", None):
+        raise ConfigError(NOT_IMPORTABLE.format(cls=cls.__qualname__, why="its module __main__ has no file"))
+
+
+def resolve_device_type(cls: type) -> str:
+    """``device_type`` as torch's classes spell it: a classmethod, a property, or a string."""
+    attr = inspect.getattr_static(cls, "device_type", "cpu")
+    if isinstance(attr, (classmethod, staticmethod)):
+        return str(getattr(cls, "device_type")())
+    if isinstance(attr, property):
+        return str(attr.fget(cls))  # type: ignore[misc]
+    return str(attr() if callable(attr) else attr)
+
+
+def _world_size(cls: type, device: str) -> int:
+    overrides = current_overrides()
+    value = overrides.world_size if overrides.world_size is not None else overrides.marked_world_size
+    if value is None:
+        attr = inspect.getattr_static(cls, "world_size", None)
+        # A property is read on a bare instance: torch's classes define world_size
+        # as a property whose value does not depend on the test.
+        value = attr.fget(object.__new__(cls)) if isinstance(attr, property) else getattr(cls, "world_size", None)
+    if value is None or value == -2:  # -2 is torch's "unset"
+        return _default_world_size(cls, device)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(BAD_WORLD_SIZE.format(cls=cls.__qualname__, value=value))
+    return value
+
+
+def _device_count(device: str) -> int:
+    import torch
+
+    return int(torch.get_device_module(device).device_count())
+
+
+def _default_world_size(cls: type, device: str) -> int:
+    if device == "cpu":
+        return DEFAULT_CPU_WORLD_SIZE
+    count = _device_count(device)
+    if count == 0:
+        _skip(NO_DEVICES.format(cls=cls.__qualname__, needed="at least 1", device=device, found=0))
+    return count
+
+
+def _backend(cls: type, device: str, world_size: int) -> Optional[str]:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        _skip("torch.distributed is not available in this build of torch")
+    backend_str = getattr(cls, "backend_str", None)
+    spec = backend_str() if callable(backend_str) else None
+    known = [b for b in dist.Backend.backend_list if b != "undefined"]
+    for name in backend_names(spec):
+        if name not in known:
+            raise ConfigError(UNKNOWN_BACKEND.format(cls=cls.__qualname__, name=name, known=", ".join(known)))
+        if not dist.is_backend_available(name):
+            _skip(BACKEND_UNAVAILABLE.format(cls=cls.__qualname__, name=name))
+    if device != "cpu":
+        found = _device_count(device)
+        if found < world_size:
+            _skip(NO_DEVICES.format(cls=cls.__qualname__, needed=world_size, device=device, found=found))
+    return spec
+
+
+def _skip(reason: str) -> NoReturn:
+    raise unittest.SkipTest(reason)
+
+
+def backend_names(spec: Optional[str]) -> list:
+    """``gloo`` -> [gloo]; ``cpu:gloo,cuda:nccl`` -> [gloo, nccl]."""
+    if not spec:
+        return []
+    names = [part.split(":")[-1].strip() for part in str(spec).lower().split(",")]
+    return [n for n in names if n]

@@ -91,10 +91,9 @@ def run_in_place(case: unittest.TestCase, result, launch: Launch):
 def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Verdict:
     """Run one test on this launched rank; return the verdict merged across all ranks."""
     cls = type(case)
-    needed = cls._resolve_world_size()
+    needed = config.resolve(cls, check_importable=False).world_size
     if needed != launch.world_size:
         raise unittest.SkipTest(WORLD_SIZE_MISMATCH.format(cls=cls.__qualname__, needed=needed, launched=launch.world_size))
-    cls._check_backend(needed)
     joined = _join(cls, launch)
     joined.seq += 1
     case.rank = launch.rank
@@ -183,13 +182,14 @@ def _init(cls, joined: _Joined, launch: Launch, prefix: str) -> None:
     import torch
     import torch.distributed as dist
 
-    device = cls._resolve_device_type()
+    device = config.resolve_device_type(cls)
     if device != "cpu":
         torch.accelerator.set_device_index(launch.local_rank)
     dist.init_process_group(backend=cls.backend_str(), store=dist.PrefixStore(prefix, joined.store),
                             rank=launch.rank, world_size=launch.world_size, pg_options=cls.opts(),
                             timeout=cls.timeout)
     cls.pg = dist.distributed_c10d._get_default_group()
+    worker.remember_default_group()
 
 
 def _rejoin(cls, joined: _Joined, launch: Launch) -> None:

@@ -34,8 +34,7 @@ from typing import Any, Callable, Iterable, Optional, TypeVar, Union
 import torch
 
 from continuous_test import config, replay, worker
-from continuous_test.case import BAD_WORLD_SIZE, TestCase
-from continuous_test.config import ConfigError
+from continuous_test.case import TestCase
 from continuous_test.outcome import TEST_ERROR_EXIT_CODE, ExpectedExit, RankEnding, RankOutcome, Verdict, judge_endings
 from continuous_test.protocol import TestDone
 
@@ -176,8 +175,8 @@ class MultiProcessTestCase(TestCase):
         if self._fresh is not None:
             return
         self._make_test_dir()
-        self._fresh = FreshRanks(type(self), self._checked_world_size(), self._testMethodName,
-                                 self._test_dir, self.file_name)
+        settings = config.resolve_fresh(type(self), self.world_size)
+        self._fresh = FreshRanks(type(self), settings, self._testMethodName, self._test_dir, self.file_name)
         self.addCleanup(self._fresh.stop)
         self._fresh.start()
         self.processes = [h.process for h in self._fresh.ranks]
@@ -185,13 +184,6 @@ class MultiProcessTestCase(TestCase):
     def _start_processes(self, proc: Any = None) -> None:
         """torch's name for starting the ranks; the process class argument is ignored."""
         self._spawn_processes()
-
-    def _checked_world_size(self) -> int:
-        override = config.world_size_override(type(self))
-        value = self.world_size if override is None else override
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(BAD_WORLD_SIZE.format(cls=type(self).__qualname__, value=value))
-        return value
 
     def _callSetUp(self) -> None:  # noqa: N802 - unittest's seam
         if worker.current() is None:

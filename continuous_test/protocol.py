@@ -8,7 +8,8 @@ inherited pipes.  On the main pipe the controller sends ``RunTest`` and
 control pipe closed is how a rank learns its controller died.
 
 This module is imported on both sides and imports nothing from the package
-except :mod:`continuous_test.outcome`, which is equally side-neutral.
+except :mod:`continuous_test.outcome` and :mod:`continuous_test.config`, which are
+equally side-neutral.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from continuous_test.config import ClassSettings
 from continuous_test.outcome import ErrorRecord, Event, EventKind, RankOutcome
 
 __all__ = [
@@ -60,6 +62,8 @@ class RankSpec:
     controller_pid: int = 0
     # The process that forks this rank (the template, or the controller under spawn).
     parent_pid: int = 0
+    # The class's settings, resolved once by the controller.
+    settings: Optional[ClassSettings] = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ __all__ = [
     "pytest_addoption",
     "pytest_configure",
     "pytest_collection_modifyitems",
+    "pytest_runtest_protocol",
     "pytest_runtest_makereport",
     "pytest_runtest_teardown",
 ]
@@ -38,21 +39,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("ct_world_size", WORLD_SIZE_HELP, default=None)
 
 
+_OVERRIDES = pytest.StashKey["Overrides"]()
+_MARKED = pytest.StashKey["Overrides"]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the markers and install the command-line settings (command line beats ini)."""
+    """Register the markers and read the command-line settings (command line beats ini)."""
     from continuous_test import config as ct_config
 
     config.addinivalue_line("markers", "world_size(n): run this distributed test class or function with n ranks")
     config.addinivalue_line("markers", "ct_timeout(seconds): per-test time limit of a distributed test")
     try:
         timeout, source = _setting(config, "ct_timeout")
-        if timeout is not None:
-            ct_config.set_cli_timeout(ct_config.parse_seconds(timeout, "timeout", source))
+        limit = None if timeout is None else ct_config.parse_seconds(timeout, "timeout", source)
         world_size, source = _setting(config, "ct_world_size")
-        if world_size is not None:
-            ct_config.set_cli_world_size(_int(world_size, source))
+        size = None if world_size is None else ct_config.parse_positive_int(world_size, "world size", source)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    # Kept on this session's config, never in module globals: a later session in
+    # the same process starts clean.
+    config.stash[_OVERRIDES] = ct_config.Overrides(time_limit=limit, world_size=size)
 
 
 def _setting(config: pytest.Config, name: str) -> tuple:
@@ -61,13 +67,6 @@ def _setting(config: pytest.Config, name: str) -> tuple:
         return value, f"the --{name.replace('_', '-')} option"
     value = config.getini(name)
     return (value or None), f"the {name} ini setting"
-
-
-def _int(value: Any, source: str) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        raise ValueError(f"Invalid world size {value!r} from {source}: expected a positive int") from None
 
 
 def _test_class(item: pytest.Item) -> Optional[type]:
@@ -85,30 +84,46 @@ def _test_class(item: pytest.Item) -> Optional[type]:
     return getattr(getattr(item, "function", None), CLASS_ATTR, None)
 
 
-def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
-    """Turn ``world_size`` and ``ct_timeout`` markers into settings of the tests' classes."""
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Check the ``world_size`` and ``ct_timeout`` markers of distributed tests, and keep them per test."""
     from continuous_test import config as ct_config
 
+    base = config.stash.get(_OVERRIDES, ct_config.Overrides())
     for item in items:
-        cls = _test_class(item)
-        if cls is None:
+        if _test_class(item) is None:
             continue
-        name = getattr(item, "originalname", None) or item.name
+        size = limit = None
         try:
             marker = item.get_closest_marker("world_size")
             if marker is not None:
-                ct_config.mark_world_size(cls, _marker_arg(marker), f"the world_size marker of {item.nodeid}")
+                size = ct_config.parse_positive_int(_marker_arg(marker), "world size",
+                                                    f"the world_size marker of {item.nodeid}")
             marker = item.get_closest_marker("ct_timeout")
             if marker is not None:
-                ct_config.mark_timeout(cls, name, _marker_arg(marker), f"the ct_timeout marker of {item.nodeid}")
+                limit = ct_config.parse_seconds(_marker_arg(marker), "timeout", f"the ct_timeout marker of {item.nodeid}")
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
+        item.stash[_MARKED] = ct_config.Overrides(time_limit=base.time_limit, world_size=base.world_size,
+                                                  marked_time_limit=limit, marked_world_size=size)
 
 
 def _marker_arg(marker: Any) -> Any:
     if marker.args:
         return marker.args[0]
     return next(iter(marker.kwargs.values()), None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
+    """Run each distributed test with this session's options and its own markers in force."""
+    overrides = item.stash.get(_MARKED, None)
+    if overrides is None:
+        yield
+        return
+    from continuous_test import config as ct_config
+
+    with ct_config.overridden(overrides):
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from continuous_test import protocol, template
+from continuous_test.config import ClassSettings
 from continuous_test.outcome import FaultKind, RankFault
 from continuous_test.protocol import DumpStacks, InitFailed, ProtocolError, RankSpec, Stacks, TestDone
 
@@ -142,9 +143,9 @@ class RankProcess:
             self.log_fd = -1
 
 
-def start_ranks(cls: type, world_size: int, world_dir: str, role: str = "continuous",
+def start_ranks(cls: type, settings: ClassSettings, world_dir: str, role: str = "continuous",
                 method: Optional[str] = None, rendezvous: Optional[str] = None) -> List[RankProcess]:
-    """Fork ``world_size`` ranks from the template; worlds and fresh ranks call this."""
+    """Fork ``settings.world_size`` ranks from the template; worlds and fresh ranks call this."""
     from continuous_test.worker import rank_main
 
     ctx = template.get_context()
@@ -154,12 +155,12 @@ def start_ranks(cls: type, world_size: int, world_dir: str, role: str = "continu
     os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT, 0o600))
     env = dict(os.environ)
     ranks = []
-    for rank in range(world_size):
+    for rank in range(settings.world_size):
         log_file = os.path.join(world_dir, f"rank{rank}.log")
         log_fd = os.open(log_file, os.O_RDONLY | os.O_CREAT, 0o600)
-        spec = RankSpec(rank, world_size, cls.__module__, cls.__qualname__, module_file,
+        spec = RankSpec(rank, settings.world_size, cls.__module__, cls.__qualname__, module_file,
                         world_dir, rendezvous, log_file, env, template.private_dir(), role, method,
-                        controller_pid=os.getpid(), parent_pid=template.parent_pid())
+                        controller_pid=os.getpid(), parent_pid=template.parent_pid(), settings=settings)
         parent, child = ctx.Pipe()
         control_r, control_w = ctx.Pipe(duplex=False)
         process = ctx.Process(target=rank_main, args=(spec, child, control_r), name=f"{cls.__name__}-rank{rank}")
@@ -476,15 +477,15 @@ def _faulthandler_stacks(handle: RankProcess) -> str:
 class FreshRanks:
     """The ranks of one MultiProcessTestCase test: started, awaited until they end, reaped."""
 
-    def __init__(self, cls: type, world_size: int, method: str, world_dir: str, rendezvous: str) -> None:
-        self.cls, self.world_size, self.method = cls, world_size, method
+    def __init__(self, cls: type, settings: ClassSettings, method: str, world_dir: str, rendezvous: str) -> None:
+        self.cls, self.settings, self.method = cls, settings, method
         self.world_dir, self.rendezvous = world_dir, rendezvous
         self.ranks: List[RankProcess] = []
         self._watch: Optional[Watch] = None
 
     def start(self) -> None:
         """Fork the ranks; each starts running the test at once."""
-        self.ranks = start_ranks(self.cls, self.world_size, self.world_dir, "single", self.method, self.rendezvous)
+        self.ranks = start_ranks(self.cls, self.settings, self.world_dir, "single", self.method, self.rendezvous)
         self._watch = Watch(self.ranks)
 
     def wait(self, time_limit: float, grace: float) -> Tuple[Waited, Dict[int, str]]:

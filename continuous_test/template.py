@@ -19,7 +19,7 @@ import sys
 from multiprocessing.context import BaseContext
 from typing import List, Optional
 
-from continuous_test.config import ENV_START_METHOD
+from continuous_test.config import BAD_START_METHOD, start_method
 
 __all__ = [
     "get_context",
@@ -32,26 +32,10 @@ __all__ = [
     "ENV_PRIVATE_DIR",
 ]
 
-BAD_START_METHOD = (
-    "Invalid start method {value!r} from " + ENV_START_METHOD + " environment variable: "
-    "expected one of {choices}"
-)
 # The controller's private directory, exported so that the template can remove
 # it when the controller dies without cleaning up.
 ENV_PRIVATE_DIR = "CONTINUOUS_TEST_PRIVATE_DIR"
 _context: Optional[BaseContext] = None
-
-
-def start_method() -> str:
-    """The start method ranks use: the environment's choice, else forkserver, else spawn."""
-    available = multiprocessing.get_all_start_methods()
-    wanted = os.environ.get(ENV_START_METHOD, "").strip()
-    if wanted:
-        if wanted not in ("forkserver", "spawn") or wanted not in available:
-            choices = ", ".join(m for m in ("forkserver", "spawn") if m in available)
-            raise ValueError(BAD_START_METHOD.format(value=wanted, choices=choices))
-        return wanted
-    return "forkserver" if "forkserver" in available else "spawn"
 
 
 def preload_modules() -> List[str]:

@@ -352,7 +352,7 @@ def _load_from_file(module: str, path: str):
 def _join_world(cls: type, spec: RankSpec, rendezvous_file: str) -> None:
     cls.rank = spec.rank
     set_world_size(cls, spec.world_size)
-    device = cls._resolve_device_type()
+    device = spec.settings.device_type if spec.settings is not None else "cpu"
     if device != "cpu":
         if device == "cuda" and template_cuda_initialized():
             raise RuntimeError(CUDA_IN_TEMPLATE)

@@ -113,12 +113,13 @@ class LateDeath:
 class World:
     """A persistent world of ranks for one test class; see the module docstring."""
 
-    def __init__(self, cls: type, world_size: int) -> None:
+    def __init__(self, cls: type, settings: config.ClassSettings) -> None:
         self.cls = cls
-        self.world_size = world_size
-        self.grace = config.grace_period(cls)
-        self.start_timeout = config.start_timeout(cls)
-        self.shutdown_timeout = config.shutdown_timeout(cls)
+        self.settings = settings
+        self.world_size = settings.world_size
+        self.grace = settings.grace
+        self.start_timeout = settings.start_timeout
+        self.shutdown_timeout = settings.shutdown_timeout
         self.state = WorldState.NEW
         self.ranks: List[RankProcess] = []
         # The world's private directory (rendezvous and log files), below the controller's.
@@ -156,7 +157,7 @@ class World:
         self.dir = tempfile.mkdtemp(prefix=f"world-{self.cls.__name__}-", dir=template.private_dir())
         self._reinit = None
         try:
-            self.ranks = start_ranks(self.cls, self.world_size, self.dir)
+            self.ranks = start_ranks(self.cls, self.settings, self.dir)
             self._watch = Watch(self.ranks)
             self._await_ready()
         except BaseException:
@@ -330,13 +331,13 @@ def _with_details(text: str, tb: Optional[str], rank: int, output: str) -> str:
 _WORLDS: Dict[type, World] = {}
 
 
-def world_for(cls: type, world_size: int) -> World:
+def world_for(cls: type, settings: config.ClassSettings) -> World:
     """The world of ``cls``, created on first use; the test case calls this."""
     world = _WORLDS.get(cls)
-    if world is None or world.world_size != world_size:
+    if world is None or world.settings != settings:
         if world is not None:
             world.stop()
-        world = _WORLDS[cls] = World(cls, world_size)
+        world = _WORLDS[cls] = World(cls, settings)
     return world
 
 
@@ -349,10 +350,7 @@ def start_world_for(cls: type) -> World:
     world = _WORLDS.get(cls)
     if world is not None and world.state is WorldState.READY:
         return world  # checked when it started
-    cls._check_importable()
-    world_size = cls._resolve_world_size()
-    cls._check_backend(world_size)
-    world = world_for(cls, world_size)
+    world = world_for(cls, config.resolve(cls))
     if world.start_error is not None:
         raise _again(world.start_error, cls)
     try:

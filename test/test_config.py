@@ -34,11 +34,12 @@ def test_precedence_for_time_limit():
     assert config.test_time_limit(WithAttrs, None, env={}) == 7
     assert config.test_time_limit(WithAttrs, decorated, env={}) == 3
     assert config.test_time_limit(WithAttrs, decorated, env={config.ENV_TIMEOUT: "11"}) == 11
-    config.set_cli_timeout(13)
-    try:
+    with config.overridden(config.Overrides(marked_time_limit=5)):
+        assert config.test_time_limit(WithAttrs, decorated, env={}) == 5
+        assert config.test_time_limit(WithAttrs, decorated, env={config.ENV_TIMEOUT: "11"}) == 11
+    with config.overridden(config.Overrides(time_limit=13)):
         assert config.test_time_limit(WithAttrs, decorated, env={config.ENV_TIMEOUT: "11"}) == 13
-    finally:
-        config.set_cli_timeout(None)
+    assert config.current_overrides() == config.Overrides()  # nothing left behind
 
 
 def test_scale_multiplies():
@@ -79,6 +80,44 @@ def test_bad_decorator_and_class_values():
 
     with pytest.raises(ConfigError, match=r"Invalid timeout 'soon' from .*Bad.test_timeout"):
         config.test_time_limit(Bad, None, env={})
+
+
+@pytest.mark.parametrize("value, source", [("abc", "RANK"), ("0", "--ct-world-size"), (True, "a marker"), (2.5, "x")])
+def test_bad_ints_name_their_source(value, source):
+    with pytest.raises(ConfigError, match=f"Invalid world size {value!r} from {source}: expected a positive int".replace("(", r"\(").replace(")", r"\)")):
+        config.parse_positive_int(value, "world size", source)
+
+
+def test_start_method_is_a_config_error():
+    with pytest.raises(ConfigError, match="Invalid start method 'thread' from CONTINUOUS_TEST_START_METHOD"):
+        config.start_method(env={config.ENV_START_METHOD: "thread"})
+
+
+def test_torch_testcase_choice():
+    assert config.torch_testcase_wanted(env={}) is None
+    assert config.torch_testcase_wanted(env={config.ENV_TORCH_TESTCASE: "1"}) is True
+    with pytest.raises(ConfigError, match="Invalid choice 'yes' from CONTINUOUS_TEST_TORCH_TESTCASE"):
+        config.torch_testcase_wanted(env={config.ENV_TORCH_TESTCASE: "yes"})
+
+
+def test_resolve_reads_torch_override_points_once():
+    from continuous_test import MultiProcContinuousTest
+
+    class Sized(MultiProcContinuousTest):
+        __module__ = __name__
+
+        @property
+        def world_size(self):
+            return 3
+
+        @classmethod
+        def backend_str(cls):
+            return "gloo"
+
+    settings = config.resolve(Sized, check_importable=False, env={config.ENV_GRACE: "2"})
+    assert (settings.world_size, settings.device_type, settings.backend, settings.grace) == (3, "cpu", "gloo", 2.0)
+    with config.overridden(config.Overrides(world_size=5)):
+        assert config.resolve(Sized, check_importable=False).world_size == 5
 
 
 if __name__ == "__main__":

@@ -93,9 +93,7 @@ def test_rank_holding_the_gil_is_dumped_by_faulthandler(faults):
     assert re.search(r'test_faults.py", line \d+ in test_n_hang_holding_the_gil', report)
 
 
-def test_teardown_that_hangs_is_bounded(faults):
-    proc, _ = faults
-    assert re.search(r"test_teardown_hangs .* \.\.\. ok$", proc.stderr, re.M), describe(proc)
+# The shutdown bound is asserted on the time actually waited, in test_world_faults.py.
 
 
 def test_nothing_left_in_tmpdir(faults):

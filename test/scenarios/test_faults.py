@@ -67,7 +67,7 @@ class FaultTest(MultiProcContinuousTest):
     def test_k_healthy(self):
         self.check_healthy()
 
-    @continuous_test.timeout(3)
+    @continuous_test.time_limit(3)
     def test_l_hang(self):
         if self.rank == 0:
             time.sleep(600)
@@ -76,7 +76,7 @@ class FaultTest(MultiProcContinuousTest):
     def test_m_healthy(self):
         self.check_healthy()
 
-    @continuous_test.timeout(3)
+    @continuous_test.time_limit(3)
     def test_n_hang_holding_the_gil(self):
         if self.rank == 1:
             ctypes.PyDLL(None).sleep(600)  # a C call that never releases the GIL
