@@ -78,9 +78,9 @@ class Launch:
 
 # How to change the number of ranks, for each launcher; messages end with these.
 LAUNCH_HINTS = {
-    Mode.TORCHRUN: "torchrun's --nnodes and --nproc-per-node",
-    Mode.SLURM: "srun's --ntasks (-n) and --nodes (-N)",
-    Mode.DISPATCHER: "the class's world_size",
+    Mode.TORCHRUN: "torchrun --nnodes/--nproc-per-node",
+    Mode.SLURM: "srun --ntasks/--nodes (-n/-N)",
+    Mode.DISPATCHER: "world_size",
 }
 
 
