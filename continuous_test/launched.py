@@ -357,7 +357,7 @@ class _Recorder:
 
 def _connect(cls, launch: Launch) -> _Joined:
     """Reach the launcher's store and wait for every rank, once per process."""
-    global _joined, _join_error
+    global _joined
     import torch.distributed as dist
 
     if _join_error is not None:
@@ -377,7 +377,6 @@ def _connect(cls, launch: Launch) -> _Joined:
 
 def _join(cls, launch: Launch) -> _Joined:
     """Connect, and create the default group if there is none yet."""
-    global _join_error
     import torch.distributed as dist
 
     joined = _connect(cls, launch)

@@ -77,14 +77,14 @@ class Cluster:
     def client(self, args: List[str], env: Dict[str, str], timeout: float,
                cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
         """Run a Slurm client command (srun, salloc, sinfo) against this cluster, bounded."""
-        return subprocess.run(args, env={**env, **self.env}, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        return subprocess.run(args, env={**env, **self.env}, timeout=timeout, cwd=cwd, check=False,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
 
     def start_daemon(self, args: List[str]) -> None:
-        log = open(self.dir / f"{Path(args[0]).name}-{len(self.procs)}.out", "w")
-        self.procs.append(subprocess.Popen(args, env={**os.environ, **self.env}, stdin=subprocess.DEVNULL,
-                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        log.close()
+        with open(self.dir / f"{Path(args[0]).name}-{len(self.procs)}.out", "w") as log:
+            self.procs.append(subprocess.Popen(args, env={**os.environ, **self.env}, stdin=subprocess.DEVNULL,
+                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
     def logs(self) -> str:
         """Every daemon's log, for a failure message."""

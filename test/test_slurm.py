@@ -9,9 +9,8 @@ from __future__ import annotations
 import sys
 from typing import Iterator
 
-import pytest
-
 import helpers
+import pytest
 from helpers import describe, unittest_counts
 from slurm_cluster import Cluster, ClusterUnavailable, start_cluster
 
