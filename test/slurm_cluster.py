@@ -94,7 +94,7 @@ class Cluster:
         return "\n".join(parts)
 
     def stop(self) -> None:
-        """Stop every daemon (and anything they started: each is a session leader), then remove the dir."""
+        """Stop every daemon and every process of this cluster's jobs, then remove the dir."""
         for proc in reversed(self.procs):
             _signal_group(proc, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT
@@ -105,7 +105,29 @@ class Cluster:
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait()
         self.procs = []
+        # slurmstepd daemonizes out of slurmd's session, and job tasks run under it:
+        # they are found by the SLURM_CONF they inherited, which names this cluster.
+        for pid in self.job_processes():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def job_processes(self) -> List[int]:
+        """Processes other than this one whose environment names this cluster's slurm.conf."""
+        marker = b"SLURM_CONF=" + self.env["SLURM_CONF"].encode() + b"\0"
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:  # gone, or not ours to read
+                continue
+            if marker in environ:
+                found.append(int(entry.name))
+        return found
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

@@ -29,6 +29,7 @@ def cluster() -> Iterator[Cluster]:
         yield started
     finally:
         started.stop()
+    assert started.job_processes() == [], "processes of the private Slurm cluster outlived it"
 
 
 def slurm(cluster: Cluster, *args: str):
