@@ -7,6 +7,12 @@
   tests in place, with ``env://`` rendezvous.
 * **slurm**: an ``srun`` step with more than one task.  The Slurm variables are
   translated into the ``env://`` ones, then it behaves like torchrun.
+
+Each launch has a ``run_id`` (torchrun's ``TORCHELASTIC_RUN_ID``, or Slurm's job
+and step ids) that scopes every key the ranks put in the rendezvous store, so a
+rank that reaches another run's store never joins that run's world.  Under Slurm
+the default port is derived from the job *and* the step, so concurrent steps of
+one allocation do not compete for one port.
 """
 from __future__ import annotations
 
@@ -14,15 +20,27 @@ import enum
 import os
 import re
 from dataclasses import dataclass
-from typing import Mapping, MutableMapping, Optional
+from typing import List, Mapping, MutableMapping, Optional
 
-__all__ = ["Mode", "Launch", "detect", "export_env", "first_host", "RANK_MARKER_ENV"]
+__all__ = [
+    "Mode",
+    "Launch",
+    "detect",
+    "export_env",
+    "first_host",
+    "slurm_port",
+    "tasks_per_node",
+    "RANK_MARKER_ENV",
+    "LAUNCH_HINTS",
+]
 
 # Set inside the ranks of a dispatcher world, so that nothing there mistakes
 # the RANK/WORLD_SIZE variables we export for a torchrun launch.
 RANK_MARKER_ENV = "CONTINUOUS_TEST_DISPATCHED_RANK"
 SLURM_DEFAULT_PORT_BASE = 20000
+SLURM_PORT_SPAN = 20000
 BAD_SLURM = "Cannot run under srun: {what}. Set MASTER_ADDR and MASTER_PORT explicitly."
+BAD_TASKS_PER_NODE = "Cannot run under srun: cannot read {name}={value!r} for node {node}"
 
 
 class Mode(str, enum.Enum):
@@ -44,11 +62,26 @@ class Launch:
     local_world_size: int = 1
     master_addr: Optional[str] = None
     master_port: Optional[int] = None
+    # Scopes every store key of this launch (see the module docstring).
+    run_id: str = ""
 
     @property
     def is_launcher(self) -> bool:
         """True when an external launcher started one process per rank."""
         return self.mode is not Mode.DISPATCHER
+
+    @property
+    def hint(self) -> str:
+        """How to give this launcher a number of ranks, for messages."""
+        return LAUNCH_HINTS[self.mode]
+
+
+# How to change the number of ranks, for each launcher; messages end with these.
+LAUNCH_HINTS = {
+    Mode.TORCHRUN: "torchrun --nnodes/--nproc-per-node",
+    Mode.SLURM: "srun --ntasks/--nodes (-n/-N)",
+    Mode.DISPATCHER: "world_size",
+}
 
 
 _detected: Optional[Launch] = None
@@ -81,6 +114,7 @@ def _classify(env: Mapping[str, str]) -> Launch:
             local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
             master_addr=env.get("MASTER_ADDR"),
             master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None,
+            run_id="torchrun-" + env.get("TORCHELASTIC_RUN_ID", "env"),
         )
     if _is_srun(env):
         return _slurm_launch(env)
@@ -103,20 +137,49 @@ def _slurm_launch(env: Mapping[str, str]) -> Launch:
     addr = env.get("MASTER_ADDR") or (first_host(nodelist) if nodelist else None)
     if not addr:
         raise RuntimeError(BAD_SLURM.format(what="no SLURM_STEP_NODELIST or MASTER_ADDR"))
-    if env.get("MASTER_PORT"):
-        port = int(env["MASTER_PORT"])
-    else:
-        port = SLURM_DEFAULT_PORT_BASE + int(env.get("SLURM_JOB_ID", "0")) % 20000
-    ntasks = int(env["SLURM_NTASKS"])
+    job = env.get("SLURM_JOB_ID", "0")
+    step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or "0"
+    port = int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else slurm_port(job, step)
     return Launch(
         Mode.SLURM,
         rank=int(env["SLURM_PROCID"]),
-        world_size=ntasks,
+        world_size=int(env["SLURM_NTASKS"]),
         local_rank=int(env.get("SLURM_LOCALID", "0")),
-        local_world_size=int(env.get("SLURM_NTASKS_PER_NODE", str(ntasks)).split("(")[0].split(",")[0]),
+        local_world_size=_slurm_local_world_size(env),
         master_addr=addr,
         master_port=port,
+        run_id=f"slurm-{job}.{step}",
     )
+
+
+def slurm_port(job: str, step: str) -> int:
+    """The default rendezvous port of a Slurm step: distinct for each step of a job."""
+    number = int(job) * 100 + int(step) if job.isdigit() and step.isdigit() else sum(map(ord, job + "." + step))
+    return SLURM_DEFAULT_PORT_BASE + number % SLURM_PORT_SPAN
+
+
+def _slurm_local_world_size(env: Mapping[str, str]) -> int:
+    """Tasks on this node, from the step's per-node counts (not the job's, nor the total)."""
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"):
+        value = env.get(name)
+        if value:
+            node = int(env.get("SLURM_NODEID", "0"))
+            counts = tasks_per_node(value)
+            if not 0 <= node < len(counts) and len(counts) != 1:
+                raise RuntimeError(BAD_TASKS_PER_NODE.format(name=name, value=value, node=node))
+            return counts[node] if node < len(counts) else counts[0]
+    return int(env["SLURM_NTASKS"])
+
+
+def tasks_per_node(value: str) -> List[int]:
+    """Expand Slurm's per-node task counts: ``2(x2),1`` gives ``[2, 2, 1]``."""
+    counts: List[int] = []
+    for part in value.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not match:
+            raise RuntimeError(BAD_TASKS_PER_NODE.format(name="tasks per node", value=value, node="any"))
+        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
+    return counts
 
 
 def export_env(launch: Launch, env: MutableMapping[str, str] = os.environ) -> None:

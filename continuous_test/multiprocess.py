@@ -35,6 +35,7 @@ import torch
 
 from continuous_test import config, replay, worker
 from continuous_test.case import TestCase
+from continuous_test.launch import detect
 from continuous_test.outcome import TEST_ERROR_EXIT_CODE, ExpectedExit, RankEnding, RankOutcome, Verdict, judge_endings
 from continuous_test.protocol import TestDone
 
@@ -149,6 +150,14 @@ class MultiProcessTestCase(TestCase):
         self._test_dir: Optional[str] = None
 
     # -- controller side -------------------------------------------------------------
+
+    def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
+        """unittest's run; under torchrun or srun, once per launch (launcher rank 0 runs it)."""
+        if worker.current() is None and detect().is_launcher:
+            from continuous_test import launched
+
+            return launched.run_fresh_once(self, result, detect(), super().run)
+        return super().run(result)
 
     def setUp(self) -> None:
         """Controller-side per-test state, as in torch's class."""

@@ -3,7 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-from continuous_test.launch import RANK_MARKER_ENV, Mode, detect, export_env, first_host
+from continuous_test.launch import (
+    LAUNCH_HINTS,
+    RANK_MARKER_ENV,
+    Mode,
+    detect,
+    export_env,
+    first_host,
+    slurm_port,
+    tasks_per_node,
+)
 
 
 def test_plain_process_is_a_dispatcher():
@@ -37,8 +46,43 @@ def test_srun():
     assert launch.master_addr == "gpu07"
     exported: dict = {}
     export_env(launch, exported)
-    assert exported == {"MASTER_ADDR": "gpu07", "MASTER_PORT": str(20000 + 1234), "RANK": "5",
+    assert exported == {"MASTER_ADDR": "gpu07", "MASTER_PORT": str(20000 + 123400 % 20000), "RANK": "5",
                         "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
+    assert launch.run_id == "slurm-1234.0"
+
+
+def test_concurrent_steps_of_one_job_get_their_own_port_and_keys():
+    base = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_NODELIST": "n1", "SLURM_JOB_ID": "77"}
+    first, second = detect({**base, "SLURM_STEP_ID": "0"}), detect({**base, "SLURM_STEP_ID": "1"})
+    assert first.master_port != second.master_port
+    assert first.run_id != second.run_id
+    assert slurm_port("77", "1") == 20000 + 7701
+
+
+def test_torchrun_run_id_scopes_the_keys():
+    env = {"TORCHELASTIC_RUN_ID": "abc", "RANK": "0", "WORLD_SIZE": "2"}
+    assert detect(env).run_id == "torchrun-abc"
+
+
+@pytest.mark.parametrize("per_node, node, local", [
+    ("2(x2)", "0", 2), ("2(x2)", "1", 2), ("3,1", "0", 3), ("3,1", "1", 1), ("2(x2),1", "2", 1), ("4", "3", 4)])
+def test_local_world_size_follows_the_step_tasks_of_this_node(per_node, node, local):
+    env = {"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NODELIST": "n[1-3]",
+           "SLURM_STEP_TASKS_PER_NODE": per_node, "SLURM_NODEID": node, "SLURM_TASKS_PER_NODE": "9"}
+    assert detect(env).local_world_size == local
+
+
+def test_tasks_per_node():
+    assert tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    with pytest.raises(RuntimeError, match="cannot read"):
+        tasks_per_node("2(y3)")
+
+
+def test_hint_names_the_launcher_in_use():
+    torchrun = detect({"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "2"})
+    srun = detect({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_NODELIST": "n1"})
+    assert "--nproc-per-node" in torchrun.hint and "srun" not in torchrun.hint
+    assert srun.hint == LAUNCH_HINTS[Mode.SLURM] and "srun" in srun.hint and "nproc" not in srun.hint
 
 
 def test_single_task_srun_is_a_dispatcher():

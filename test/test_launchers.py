@@ -1,13 +1,25 @@
 """torchrun across two (local) nodes, and srun simulated by its environment variables."""
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
-import pytest
-
 import helpers
+import pytest
 from helpers import describe, unittest_counts
+
+from continuous_test.launch import LAUNCH_HINTS, Mode
+from continuous_test.launched import (
+    OTHER_RUN,
+    PORT_IN_USE,
+    WORLD_BROKEN,
+    WORLD_SIZE_MISMATCH,
+)
+
+FAULTS = "test_launched_faults.py"
+BREAKING_TEST = "BreaksTheWorld.test_b_rank_1_raises_while_rank_0_waits"
+HEALTHY_TEST = "BreaksTheWorld.test_a_healthy"
 
 
 def start(args, env=None) -> subprocess.Popen:
@@ -71,6 +83,73 @@ def test_missing_store_host_is_named_on_other_ranks():
                                                     "CONTINUOUS_TEST_START_TIMEOUT": "2"})
     assert proc.returncode == 1, describe(proc)
     assert "continuous_test: rank 1: cannot reach the rendezvous store of rank 0 at 127.0.0.1:" in proc.stderr
+
+
+def test_torchrun_a_test_that_breaks_the_world_leaves_later_tests_healthy(tmp_path):
+    count = tmp_path / "runs"
+    proc = helpers.torchrun(FAULTS, 2, "-v", "BreaksTheWorld", "FreshOnce",
+                            env={"SCENARIO_PG_TIMEOUT": "3", "SCENARIO_COUNT_FILE": str(count)})
+    out = proc.stderr
+    assert proc.returncode != 0, describe(proc)
+    assert unittest_counts(out) == {"ran": 6, "errors": 1, "failures": 1}, describe(proc)
+    for healthy in ("test_c_healthy", "test_d_healthy"):
+        assert f"{healthy} (__main__.BreaksTheWorld.{healthy}) ... ok" in out, describe(proc)
+    assert f"{BREAKING_TEST} failed on rank(s) 0, 1 of 2" in out
+    assert "rank 1: RuntimeError: rank 1 breaks on purpose" in out
+    # MultiProcessTestCase: once per launch (2 fresh ranks), not once per launcher rank (4).
+    assert count.read_text().split() == ["0", "1"], describe(proc)
+    assert "test_counts_its_runs (__main__.FreshOnce.test_counts_its_runs) ... ok" in out
+    assert "AssertionError: 1 == 1 : fresh rank 1 fails on purpose" in out
+    assert "exitcode  : 1 " in out  # rank 1 replays the failure: the launch fails on every rank
+
+
+def test_torchrun_a_rank_that_times_out_prints_its_peers_errors():
+    proc = helpers.torchrun(FAULTS, 2, BREAKING_TEST, env={"CONTINUOUS_TEST_TIMEOUT": "2"})
+    out = proc.stderr
+    assert proc.returncode != 0, describe(proc)
+    assert f"{BREAKING_TEST} exceeded its time limit of 2 s on rank 0" in out, describe(proc)
+    assert f"rank 1 had already failed {BREAKING_TEST} (rank 0 timed out)" in out, describe(proc)
+    assert 'raise RuntimeError("rank 1 breaks on purpose")' in out
+    assert "exitcode  : 75" in out
+
+
+def test_torchrun_a_stuck_rank_is_reported_and_the_rest_skipped():
+    proc = helpers.torchrun(FAULTS, 2, "-v", "StuckRank")
+    out = proc.stderr
+    assert unittest_counts(out) == {"ran": 2, "errors": 1, "skipped": 1}, describe(proc)
+    assert "StuckRank.test_a_rank_1_is_stuck exceeded its time limit of 2 s on rank(s) 1" in out
+    assert "time.sleep(60)" in out  # rank 1's stack, in rank 0's report
+    why = WORLD_BROKEN.format(test="StuckRank.test_a_rank_1_is_stuck", why="rank 1 timed out")
+    assert f"test_b_healthy (__main__.StuckRank.test_b_healthy) ... skipped {why!r}" in out, describe(proc)
+
+
+def test_srun_world_size_mismatch_names_srun_options():
+    port = helpers.free_port()
+    tasks = finish([start([sys.executable, "test_multinode.py", "-v"], slurm_env(r, 2, port)) for r in range(2)])
+    message = WORLD_SIZE_MISMATCH.format(cls="FourRankTest", needed=4, launched=2, hint=LAUNCH_HINTS[Mode.SLURM])
+    assert message in tasks[0].stderr, describe(tasks[0])
+    assert "nproc" not in tasks[0].stderr
+
+
+def test_srun_port_in_use_is_reported_as_such():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = helpers.python(FAULTS, HEALTHY_TEST, env={**slurm_env(0, 2, port), "CONTINUOUS_TEST_START_TIMEOUT": "2"})
+    assert PORT_IN_USE.format(where=f"127.0.0.1:{port}") in proc.stderr, describe(proc)
+    assert "cannot reach" not in proc.stderr
+
+
+def test_a_rank_never_joins_another_runs_world():
+    port = helpers.free_port()
+    env = {"CONTINUOUS_TEST_START_TIMEOUT": "3"}
+    other_job = {**slurm_env(1, 2, port), "SLURM_JOB_ID": "4343", **env}
+    host, stray = finish([start([sys.executable, FAULTS, HEALTHY_TEST], {**slurm_env(0, 2, port), **env}),
+                          start([sys.executable, FAULTS, HEALTHY_TEST], other_job)])
+    where = f"127.0.0.1:{port}"
+    assert OTHER_RUN.format(where=where, owner="slurm-4242.0", run="slurm-4343.0") in stray.stderr, describe(stray)
+    assert stray.returncode == 1 and host.returncode == 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""Faults under a launcher (torchrun, srun): run with explicit class names.
+
+* ``BreaksTheWorld``: rank 1 raises while rank 0 waits in ``all_reduce``; the later
+  healthy tests must still pass.  With ``CONTINUOUS_TEST_TIMEOUT`` below the
+  process-group timeout, rank 0 times out instead and must print rank 1's error.
+* ``StuckRank``: rank 1 outlives its time limit; rank 0 reports it and skips the rest.
+* ``FreshOnce``: a ``MultiProcessTestCase`` must run once per launch, not once per
+  launcher rank; each run appends a line to ``SCENARIO_COUNT_FILE``.
+"""
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, run_tests, timeout
+
+
+def all_reduce_ones() -> float:
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return t.item()
+
+
+class BreaksTheWorld(MultiProcContinuousTest):
+    world_size = 2
+    timeout = timedelta(seconds=float(os.environ.get("SCENARIO_PG_TIMEOUT", "10")))
+
+    def test_a_healthy(self):
+        self.assertEqual(all_reduce_ones(), 2.0)
+
+    def test_b_rank_1_raises_while_rank_0_waits(self):
+        if self.rank == 1:
+            raise RuntimeError("rank 1 breaks on purpose")
+        all_reduce_ones()
+
+    def test_c_healthy(self):
+        self.assertEqual(all_reduce_ones(), 2.0)
+
+    def test_d_healthy(self):
+        self.assertEqual(all_reduce_ones(), 2.0)
+
+
+class StuckRank(MultiProcContinuousTest):
+    world_size = 2
+
+    @timeout(2)
+    def test_a_rank_1_is_stuck(self):
+        if self.rank == 1:
+            time.sleep(60)
+
+    def test_b_healthy(self):
+        self.assertEqual(all_reduce_ones(), 2.0)
+
+
+class FreshOnce(MultiProcessTestCase):
+    world_size = 2
+
+    def test_counts_its_runs(self):
+        with open(os.environ["SCENARIO_COUNT_FILE"], "a") as f:
+            f.write(f"{self.rank}\n")
+
+    def test_fails_on_fresh_rank_1(self):
+        self.assertNotEqual(self.rank, 1, "fresh rank 1 fails on purpose")
+
+
+if __name__ == "__main__":
+    run_tests()

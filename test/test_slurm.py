@@ -1,0 +1,62 @@
+"""Launches under a real Slurm: a private two-node cluster on this host (test/slurm_cluster.py).
+
+Skipped, with the reason, where Slurm is not installed or cannot start.  The node
+names ``n1`` and ``n2`` do not resolve, so MASTER_ADDR is given; the port is
+Slurm's default, derived from the job and the step.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Iterator
+
+import helpers
+import pytest
+from helpers import describe, unittest_counts
+from slurm_cluster import Cluster, ClusterUnavailable, start_cluster
+
+STEP_TIMEOUT = 60  # a guard against hangs, never a performance assertion
+LIMITS = {"MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo", "CONTINUOUS_TEST_START_TIMEOUT": "20",
+          "CONTINUOUS_TEST_TIMEOUT": "20"}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    try:
+        started = start_cluster()
+    except ClusterUnavailable as why:
+        pytest.skip(str(why))
+    try:
+        yield started
+    finally:
+        started.stop()
+    assert started.job_processes() == [], "processes of the private Slurm cluster outlived it"
+
+
+def slurm(cluster: Cluster, *args: str):
+    return cluster.client(["timeout", str(STEP_TIMEOUT), *args], helpers.scenario_env(LIMITS), STEP_TIMEOUT + 5,
+                          cwd=helpers.SCENARIOS)
+
+
+def test_a_two_node_step_runs_the_scenario(cluster):
+    proc = slurm(cluster, "srun", "--time=1", "-N", "2", "-n", "4", sys.executable, "test_multinode.py", "-v")
+    out = proc.stderr
+    assert proc.returncode == 1, describe(proc)  # rank 3 fails on purpose
+    assert out.count("Ran 3 tests") == 1, describe(proc)
+    assert unittest_counts(out) == {"ran": 3, "failures": 1}, describe(proc)
+    assert "FourRankTest.test_fails_on_rank_3 failed on rank(s) 3 of 4" in out
+    # LOCAL_WORLD_SIZE is 2 on each node (SLURM_STEP_TASKS_PER_NODE=2(x2)), not 4.
+    assert "test_device_from_local_rank (__main__.FourRankTest.test_device_from_local_rank) ... ok" in out, describe(proc)
+
+
+def test_two_concurrent_steps_of_one_allocation_run_side_by_side(cluster, tmp_path):
+    step = f"srun --overlap -N 2 -n 2 {sys.executable} test_launched_faults.py -v BreaksTheWorld.test_a_healthy"
+    script = f"{step} > {tmp_path}/1.out 2>&1 & {step} > {tmp_path}/2.out 2>&1 & wait"
+    proc = slurm(cluster, "salloc", "--time=1", "-N", "2", "-n", "4", "bash", "-c", script)
+    outputs = [(tmp_path / f"{i}.out").read_text() for i in (1, 2)]
+    for out in outputs:
+        assert unittest_counts(out) == {"ran": 1}, describe(proc) + "\n" + "\n".join(outputs)
+        assert "test_a_healthy (__main__.BreaksTheWorld.test_a_healthy) ... ok" in out
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
