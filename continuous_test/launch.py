@@ -102,18 +102,37 @@ def detect(env: Optional[Mapping[str, str]] = None) -> Launch:
     return _classify(env)
 
 
+BAD_LAUNCH_VARIABLE = (
+    "Invalid {name} {value!r} from the {name} environment variable (set by {launcher}): expected an int >= {minimum}"
+)
+
+
+def _int(env: Mapping[str, str], name: str, launcher: str, default: Optional[str] = None, minimum: int = 0) -> int:
+    """A launcher variable as an int; a bad value raises ConfigError naming the variable."""
+    from continuous_test.config import ConfigError
+
+    raw = env.get(name, default)
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ConfigError(BAD_LAUNCH_VARIABLE.format(name=name, value=raw, launcher=launcher, minimum=minimum))
+    return value
+
+
 def _classify(env: Mapping[str, str]) -> Launch:
     if env.get(RANK_MARKER_ENV):
         return Launch(Mode.DISPATCHER)
     if _is_torchrun(env):
         return Launch(
             Mode.TORCHRUN,
-            rank=int(env["RANK"]),
-            world_size=int(env["WORLD_SIZE"]),
-            local_rank=int(env.get("LOCAL_RANK", env["RANK"])),
-            local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
+            rank=_int(env, "RANK", "torchrun"),
+            world_size=_int(env, "WORLD_SIZE", "torchrun", minimum=1),
+            local_rank=_int(env, "LOCAL_RANK", "torchrun", default=env["RANK"]),
+            local_world_size=_int(env, "LOCAL_WORLD_SIZE", "torchrun", default=env["WORLD_SIZE"], minimum=1),
             master_addr=env.get("MASTER_ADDR"),
-            master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None,
+            master_port=_int(env, "MASTER_PORT", "torchrun", minimum=1) if env.get("MASTER_PORT") else None,
             run_id="torchrun-" + env.get("TORCHELASTIC_RUN_ID", "env"),
         )
     if _is_srun(env):
@@ -129,7 +148,7 @@ def _is_torchrun(env: Mapping[str, str]) -> bool:
 
 def _is_srun(env: Mapping[str, str]) -> bool:
     in_step = "SLURM_STEP_ID" in env or "SLURM_STEPID" in env
-    return in_step and "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1
+    return in_step and "SLURM_PROCID" in env and _int(env, "SLURM_NTASKS", "srun", default="1", minimum=1) > 1
 
 
 def _slurm_launch(env: Mapping[str, str]) -> Launch:
@@ -139,12 +158,12 @@ def _slurm_launch(env: Mapping[str, str]) -> Launch:
         raise RuntimeError(BAD_SLURM.format(what="no SLURM_STEP_NODELIST or MASTER_ADDR"))
     job = env.get("SLURM_JOB_ID", "0")
     step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or "0"
-    port = int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else slurm_port(job, step)
+    port = _int(env, "MASTER_PORT", "you", minimum=1) if env.get("MASTER_PORT") else slurm_port(job, step)
     return Launch(
         Mode.SLURM,
-        rank=int(env["SLURM_PROCID"]),
-        world_size=int(env["SLURM_NTASKS"]),
-        local_rank=int(env.get("SLURM_LOCALID", "0")),
+        rank=_int(env, "SLURM_PROCID", "srun"),
+        world_size=_int(env, "SLURM_NTASKS", "srun", minimum=1),
+        local_rank=_int(env, "SLURM_LOCALID", "srun", default="0"),
         local_world_size=_slurm_local_world_size(env),
         master_addr=addr,
         master_port=port,
@@ -163,12 +182,12 @@ def _slurm_local_world_size(env: Mapping[str, str]) -> int:
     for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"):
         value = env.get(name)
         if value:
-            node = int(env.get("SLURM_NODEID", "0"))
+            node = _int(env, "SLURM_NODEID", "srun", default="0")
             counts = tasks_per_node(value)
             if not 0 <= node < len(counts) and len(counts) != 1:
                 raise RuntimeError(BAD_TASKS_PER_NODE.format(name=name, value=value, node=node))
             return counts[node] if node < len(counts) else counts[0]
-    return int(env["SLURM_NTASKS"])
+    return _int(env, "SLURM_NTASKS", "srun", minimum=1)
 
 
 def tasks_per_node(value: str) -> List[int]:

@@ -95,5 +95,21 @@ def test_first_host(nodelist, host):
     assert first_host(nodelist) == host
 
 
+@pytest.mark.parametrize("env, message", [
+    ({"TORCHELASTIC_RUN_ID": "x", "RANK": "abc", "WORLD_SIZE": "2"},
+     "Invalid RANK 'abc' from the RANK environment variable (set by torchrun): expected an int >= 0"),
+    ({"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "0"},
+     "Invalid WORLD_SIZE '0' from the WORLD_SIZE environment variable (set by torchrun): expected an int >= 1"),
+    ({"SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "x2", "SLURM_STEP_NODELIST": "n1"},
+     "Invalid SLURM_NTASKS 'x2' from the SLURM_NTASKS environment variable (set by srun)"),
+])
+def test_bad_launcher_variables_name_the_variable(env, message):
+    from continuous_test.config import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        detect(env)
+    assert message in str(info.value)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
