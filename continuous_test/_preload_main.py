@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import os
 from multiprocessing import process, spawn
+from typing import Any
 
 ENV_PRELOAD_MAIN = "CONTINUOUS_TEST_PRELOAD_MAIN"
 
 
 def _preload(path: str) -> None:
-    process.current_process()._inheriting = True
+    # multiprocessing's own flag for "importing __main__ of a parent", private API.
+    current: Any = process.current_process()
+    current._inheriting = True
     try:
         spawn.import_main_path(path)
     except Exception:  # the ranks import it again and report the error where it belongs
         pass
     finally:
-        del process.current_process()._inheriting
+        del current._inheriting
 
 
 if os.environ.get(ENV_PRELOAD_MAIN):

@@ -200,8 +200,9 @@ class MultiProcContinuousTest(TestCase):
 
     def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
         """unittest's seam: run for real in a rank, in place under a launcher, else dispatch."""
-        if worker.current() is not None:
-            self.rank = worker.current().rank
+        ctx = worker.current()
+        if ctx is not None:
+            self.rank = ctx.rank
             return super().run(result)
         launch = detect()
         if launch.is_launcher:

@@ -216,8 +216,9 @@ def test_time_limit(cls: type, method: Optional[Callable], env: Mapping[str, str
         limit = overrides.marked_time_limit
     if limit is None and method is not None:
         limit = getattr(method, TIMEOUT_ATTR, None)
-    if limit is None and getattr(cls, "test_timeout", None) is not None:
-        limit = parse_seconds(cls.test_timeout, "timeout", f"{cls.__qualname__}.test_timeout")
+    class_limit = getattr(cls, "test_timeout", None)
+    if limit is None and class_limit is not None:
+        limit = parse_seconds(class_limit, "timeout", f"{cls.__qualname__}.test_timeout")
     if limit is None:
         limit = DEFAULT_TEST_TIMEOUT
     scale = _env_seconds(ENV_TIMEOUT_SCALE, env, "timeout scale")
@@ -351,7 +352,7 @@ def _world_size(cls: type, device: str) -> int:
         attr = inspect.getattr_static(cls, "world_size", None)
         # A property is read on a bare instance: torch's classes define world_size
         # as a property whose value does not depend on the test.
-        value = attr.fget(object.__new__(cls)) if isinstance(attr, property) else getattr(cls, "world_size", None)
+        value = attr.fget(object.__new__(cls)) if isinstance(attr, property) and attr.fget else getattr(cls, "world_size", None)
     if value is None or value == -2:  # -2 is torch's "unset"
         return _default_world_size(cls, device)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

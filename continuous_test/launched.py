@@ -155,7 +155,7 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     joined.seq += 1
     if joined.broken:
         raise unittest.SkipTest(joined.broken)
-    case.rank = launch.rank
+    setattr(case, "rank", launch.rank)
     limit = config.test_time_limit(cls, getattr(case, case._testMethodName))
     key = _test_key(joined, test)
     with _time_limit(launch, key, test, limit, config.grace_period(cls), config.shutdown_timeout(cls)):
@@ -228,7 +228,7 @@ def _exchange(joined: _Joined, key: str, outcome: RankOutcome, launch: Launch, l
     import torch.distributed as dist
 
     store = dist.PrefixStore(key, joined.store)
-    store.set(str(launch.rank), pickle.dumps(outcome))
+    store.set(str(launch.rank), pickle.dumps(outcome))  # type: ignore[arg-type]  # bytes are fine; the stub says str
     # Each peer publishes within its own time limit (an expired one publishes its
     # timeout), so this bound is only reached by a rank that vanished.
     store.set_timeout(timedelta(seconds=limit + EXCHANGE_MARGIN))
@@ -408,6 +408,7 @@ def _launcher_store(launch: Launch, timeout: float):
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     host = not agent and launch.rank == 0
     where = f"{launch.master_addr}:{launch.master_port}"
+    assert launch.master_addr is not None and launch.master_port is not None, "a launch without MASTER_ADDR/PORT"
     try:
         store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size if host else None, host,
                               timedelta(seconds=timeout), wait_for_workers=False, multi_tenant=True)
@@ -521,7 +522,7 @@ class _time_limit:
 
             run = self._own_client()
             store = dist.PrefixStore(self.key, run)
-            store.set(str(rank), pickle.dumps(RankFault(rank, FaultKind.TIMED_OUT, stacks=stacks)))
+            store.set(str(rank), pickle.dumps(RankFault(rank, FaultKind.TIMED_OUT, stacks=stacks)))  # type: ignore[arg-type]
             _print_peer_errors(store, self.launch, self.test, self.grace)
             if rank != 0:  # give rank 0 the time to print its report, which holds this timeout
                 run.set_timeout(timedelta(seconds=self.report_wait))
@@ -537,6 +538,7 @@ class _time_limit:
         import torch.distributed as dist
 
         launch = self.launch
+        assert launch.master_addr is not None and launch.master_port is not None, "a launch without MASTER_ADDR/PORT"
         raw = dist.TCPStore(launch.master_addr, launch.master_port, None, False, timedelta(seconds=self.grace))
         return dist.PrefixStore(f"{STORE_PREFIX}/{launch.run_id}", raw)
 

@@ -13,9 +13,12 @@
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import pytest
+
+if TYPE_CHECKING:
+    from continuous_test.config import Overrides
 
 __all__ = [
     "pytest_addoption",

@@ -148,7 +148,7 @@ def start_ranks(cls: type, settings: ClassSettings, world_dir: str, role: str = 
     """Fork ``settings.world_size`` ranks from the template; worlds and fresh ranks call this."""
     from continuous_test.worker import rank_main
 
-    ctx = template.get_context()
+    ctx: Any = template.get_context()
     module = sys.modules.get(cls.__module__)
     module_file = getattr(module, "__file__", None)
     rendezvous = rendezvous or os.path.join(world_dir, "rendezvous")

@@ -43,11 +43,12 @@ def preload_modules() -> List[str]:
     modules = ["torch", "torch.distributed", "numpy", "continuous_test.case", "continuous_test.worker",
                "continuous_test._template_exit"]
     main = sys.modules.get("__main__")
-    if getattr(main, "__file__", None) and getattr(main, "__spec__", None) is None:
+    main_file = getattr(main, "__file__", None)
+    if main_file and getattr(main, "__spec__", None) is None:
         # A test file run as a script: the template imports it too.
         from continuous_test._preload_main import ENV_PRELOAD_MAIN
 
-        os.environ[ENV_PRELOAD_MAIN] = os.path.abspath(main.__file__)
+        os.environ[ENV_PRELOAD_MAIN] = os.path.abspath(main_file)
         modules.append("continuous_test._preload_main")
     return modules
 
@@ -64,7 +65,7 @@ def _short_temp_dir() -> None:
     import tempfile
     from multiprocessing import process
 
-    config = process.current_process()._config
+    config = getattr(process.current_process(), "_config")  # multiprocessing's private settings
     if config.get("tempdir") or len(tempfile.gettempdir()) <= MAX_TEMP_DIR_LENGTH:
         return
     short = tempfile.mkdtemp(prefix="pymp-", dir="/tmp" if os.path.isdir("/tmp") else None)  # mode 0700

@@ -219,7 +219,7 @@ def _adopt(spec: RankSpec) -> None:
             os.close(alive_fd)
         except OSError:
             pass
-        forkserver._forkserver._forkserver_alive_fd = None
+        setattr(forkserver._forkserver, "_forkserver_alive_fd", None)
 
 
 def rank_main(spec: RankSpec, conn, control) -> None:
@@ -349,7 +349,7 @@ def _load_from_file(module: str, path: str):
     return mod
 
 
-def _join_world(cls: type, spec: RankSpec, rendezvous_file: str) -> None:
+def _join_world(cls: Any, spec: RankSpec, rendezvous_file: str) -> None:
     cls.rank = spec.rank
     set_world_size(cls, spec.world_size)
     device = spec.settings.device_type if spec.settings is not None else "cpu"
@@ -384,7 +384,7 @@ def default_group_changed() -> bool:
     return _expected_group is not None and c10d._get_default_group() is not _expected_group
 
 
-def set_world_size(cls: type, world_size: int) -> None:
+def set_world_size(cls: Any, world_size: int) -> None:
     """Make ``cls.world_size`` the launched size in this rank, even where it was a property.
 
     The size a world was started with may come from an override (command line,
@@ -394,7 +394,7 @@ def set_world_size(cls: type, world_size: int) -> None:
     cls.world_size = world_size
 
 
-def _reinit_world(cls: type, spec: RankSpec, generation: int) -> None:
+def _reinit_world(cls: Any, spec: RankSpec, generation: int) -> None:
     import torch.distributed as dist
 
     if dist.is_initialized():
