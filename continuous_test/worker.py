@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 import torch
 
+from continuous_test import coverage_support
 from continuous_test.launch import RANK_MARKER_ENV
 from continuous_test import protocol
 from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult
@@ -177,6 +178,7 @@ def rank_main(spec: RankSpec, conn, control) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     _redirect_output(spec.log_file)
     _apply_env(spec)
+    coverage_support.start_in_rank()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     _CURRENT = RankContext(spec.rank, spec.world_size, int(os.environ["LOCAL_RANK"]), spec)
     channel = _Channel(conn, control)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from continuous_test import config, protocol, template
+from continuous_test import config, coverage_support, protocol, template
 from continuous_test.outcome import (
     ErrorRecord,
     FaultKind,
@@ -174,7 +174,7 @@ def start_ranks(
     module_file = getattr(module, "__file__", None)
     rendezvous = rendezvous or os.path.join(world_dir, "rendezvous")
     os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT, 0o600))
-    env = dict(os.environ)
+    env = coverage_support.rank_environment()
     # The forkserver's socket lives in multiprocessing's temp dir: if the
     # controller is killed, the ranks remove it along with the world's own.
     from multiprocessing import util
@@ -208,6 +208,7 @@ def kill_ranks(ranks: Sequence[RankProcess], timeout: float = KILL_TIMEOUT) -> N
     _join_all(ranks, timeout)
     for handle in ranks:
         handle.close()
+    coverage_support.merge_rank_data()
 
 
 def _join_all(ranks: Sequence[RankProcess], timeout: float) -> None:
