@@ -8,9 +8,9 @@ setup(
     long_description=open("README.rst", encoding="utf-8").read(),
     long_description_content_type="text/x-rst",
     packages=find_packages(include=["continuous_test", "continuous_test.*"]),
-    python_requires=">=3.9",
+    python_requires=">=3.10",  # torch 2.13 itself needs 3.10
     install_requires=["torch>=2.2", "numpy", "expecttest"],
-    extras_require={"test": ["pytest>=7", "pytest-xdist"]},
+    extras_require={"test": ["pytest>=7", "pytest-xdist", "pytest-cov>=7"]},  # pytest-cov: test/test_coverage_support.py
     entry_points={
         "console_scripts": ["continuous-test-lint=continuous_test.lint:main"],
         "pytest11": ["continuous_test.pytest_plugin = continuous_test.pytest_plugin"],
@@ -18,6 +18,7 @@ setup(
     classifiers=[
         "Framework :: Pytest",
         "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
         "Topic :: Software Development :: Testing",
     ],
 )

@@ -12,7 +12,7 @@ How data flows::
                                         ▼
                                    RunRecord ──► analyze.collect ──► report.build ──► table
                                                                                    ├─► JSON
-                                                                                   └─► README.rst
+                                                                                   └─► docs/benchmarks.rst
 
 Each scenario runs for ``continuous_test``'s classes, torch's
 ``torch.testing._internal.common_distributed`` classes and a floor (the same
@@ -42,7 +42,8 @@ from benchlib import plan as plans  # noqa: E402
 from benchlib.measure import ROOT, RunRecord, run_job  # noqa: E402
 
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "latest.json"
-README = ROOT / "README.rst"
+# The full tables live in docs/; README.rst quotes a few rows (test/test_readme.py keeps them equal).
+README = ROOT / "docs" / "benchmarks.rst"
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -51,9 +52,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3, help="repetitions of every measurement (default 3)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"raw results (default {DEFAULT_JSON})")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: keeps the scripts working")
-    parser.add_argument("--update-readme", action="store_true", help="rewrite README.rst's benchmark section")
+    parser.add_argument("--update-readme", action="store_true", help="rewrite the results section of docs/benchmarks.rst")
     parser.add_argument("--report-from", type=Path, metavar="JSON",
-                        help="measure nothing: rebuild the tables (and README) from the runs of an earlier --json file")
+                        help="measure nothing: rebuild the tables (and docs/benchmarks.rst) from the runs of an earlier --json file")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, got {args.repeat}")
@@ -114,7 +115,7 @@ def results_json(records: List[RunRecord], values: Dict[str, Any], sections: Lis
 
 
 def readme_content(text: str, meta: Dict[str, Any], plan: plans.Plan) -> str:
-    """The README section: how the figures were made, then the tables."""
+    """The results section of docs/benchmarks.rst: how the figures were made, then the tables."""
     import textwrap
 
     reps = f"{plan.repeat} repetition" + ("s" if plan.repeat != 1 else "")

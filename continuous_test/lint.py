@@ -13,21 +13,32 @@ How data flows::
                          discover_files ──> sorted file paths (+ walk errors)
                                │ serial, or a process pool with --jobs
                                ▼
-                         check_file ──> ast.parse ──> _main_blocks ──> _block_runs_tests
+                         check_file ──> ast.parse ──> _find_tests, _main_blocks ──> _block_runs
                                │
                                ▼
                          [Problem, ...] ──> report: stdout + summary on stderr ──> ExitCode
 
-Rules, each reported as ``path:line: message``:
+Which runner a file needs depends on what it holds:
 
-- The file has no top-level ``if __name__ == "__main__":`` block (either operand order, any
-  quotes). Reported on line 1: editors and CI annotations jump there reliably, and an empty
-  file has no last line.
-- No main block calls ``run_tests`` (``run_tests(...)``, ``x.run_tests(...)``,
-  ``a.b.run_tests(...)``) or raises. Reported on the line of each main block's ``if``. Any
-  call or ``raise`` anywhere in the block's body counts, also inside one branch of an inner
-  ``if`` or inside a nested ``def``; the ``else`` of the main ``if`` itself does not. A file
-  with several main blocks passes when any one of them passes.
+- **unittest classes** (a top-level class with a base class, named ``Test*``/``*Test(s)`` or
+  defining ``test*`` methods): ``python test_x.py`` runs them only through a main block that
+  calls ``run_tests()`` (``x.run_tests()``, ``a.b.run_tests()``, torch's or ours) or
+  ``unittest.main()``, or that raises (to mark a file as not runnable as a script).
+- **test functions** (top-level ``def test*``, ``@continuous_test.distributed`` functions,
+  classes without a base named ``Test*``): pytest runs them, so a file with only these needs no
+  main block.  unittest's runner does not run them, and fails on a parametrized
+  ``@distributed`` function for lack of its arguments, so a main block of such a file that
+  calls ``run_tests()`` or ``unittest.main()`` without calling ``pytest.main`` is reported.
+- **both**: only pytest runs everything, so the main block must call ``pytest.main`` or raise.
+
+Rules, each reported as ``path:line: message``, with advice that keeps the file runnable:
+
+- A file that needs a main block has none (either operand order, any quotes). Reported on
+  line 1: editors and CI annotations jump there reliably, and an empty file has no last line.
+- No main block runs the tests as the file needs, nor raises. Reported on the line of each
+  main block's ``if``. Any call or ``raise`` anywhere in the block's body counts, also inside
+  one branch of an inner ``if`` or inside a nested ``def``; the ``else`` of the main ``if``
+  itself does not. A file with several main blocks passes when any one of them passes.
 
 Every file is parsed, even one whose text lacks ``__main__``: a syntax error is then always
 reported (``path:LINE: cannot parse: <msg>``), and ``ast.parse`` is fast enough for thousands
@@ -53,11 +64,15 @@ __all__ = [
     "CANNOT_READ",
     "DEFAULT_GLOBS",
     "DEFAULT_SKIP_DIRS",
+    "MAIN_BLOCK_WITHOUT_PYTEST",
     "MAIN_BLOCK_WITHOUT_RUN_TESTS",
     "NO_MAIN_BLOCK",
+    "NO_MAIN_BLOCK_MIXED",
     "PATH_NOT_FOUND",
     "PROG",
+    "PYTEST_MAIN",
     "SUMMARY",
+    "UNITTEST_RUNNER_WITH_FUNCTIONS",
     "Discovery",
     "ExitCode",
     "Kind",
@@ -74,13 +89,29 @@ __all__ = [
 
 PROG = "continuous-test-lint"
 
+# The main block that runs a file of test functions as a script; the advice quotes it.
+PYTEST_MAIN = "raise SystemExit(pytest.main([__file__]))"
+
 NO_MAIN_BLOCK = (
     "no 'if __name__ == \"__main__\":' block; add one that calls run_tests() "
     "so the file runs its tests when executed as a script"
 )
+NO_MAIN_BLOCK_MIXED = (
+    "no 'if __name__ == \"__main__\":' block; the file has test classes and test functions, "
+    f"which only pytest runs together: add one with 'import pytest' and '{PYTEST_MAIN}'"
+)
 MAIN_BLOCK_WITHOUT_RUN_TESTS = (
-    "the '__main__' block neither calls run_tests() nor raises; "
+    "the '__main__' block neither calls run_tests() (or unittest.main()) nor raises; "
     "call run_tests() (or raise to mark the file as not runnable)"
+)
+MAIN_BLOCK_WITHOUT_PYTEST = (
+    "the '__main__' block neither calls pytest.main() nor raises, and the file's test "
+    f"functions run only under pytest: use 'import pytest' and '{PYTEST_MAIN}'"
+)
+UNITTEST_RUNNER_WITH_FUNCTIONS = (
+    "the '__main__' block runs unittest's runner, which skips test functions such as "
+    "'{name}' (line {line}) and fails on parametrized ones; run the file with pytest "
+    f"instead: 'import pytest' and '{PYTEST_MAIN}'"
 )
 CANNOT_PARSE = "cannot parse: {error}"
 CANNOT_READ = "cannot read: {error}"
@@ -156,12 +187,28 @@ def check_source(source: bytes | str, path: str) -> list[Problem]:
         return [_error(path, exc.lineno or 1, CANNOT_PARSE.format(error=exc.msg))]
     except (ValueError, RecursionError) as exc:
         return [_error(path, 1, CANNOT_PARSE.format(error=str(exc) or type(exc).__name__))]
+    tests = _find_tests(tree)
     blocks = _main_blocks(tree)
     if not blocks:
-        return [Problem(path, 1, NO_MAIN_BLOCK)]
-    if any(_block_runs_tests(block) for block in blocks):
+        if tests.function is not None and not tests.has_classes:
+            return []  # pytest-style: pytest runs it, and `python file.py` is not its runner
+        message = NO_MAIN_BLOCK_MIXED if tests.function is not None else NO_MAIN_BLOCK
+        return [Problem(path, 1, message)]
+    runners = _Runners.of(tree)
+    found = [_block_runs(block, runners) for block in blocks]
+    if tests.function is None:
+        if any(f.unittest or f.pytest or f.raises for f in found):
+            return []
+        return [Problem(path, block.lineno, MAIN_BLOCK_WITHOUT_RUN_TESTS) for block in blocks]
+    if any(f.pytest or (f.raises and not f.unittest) for f in found):
         return []
-    return [Problem(path, block.lineno, MAIN_BLOCK_WITHOUT_RUN_TESTS) for block in blocks]
+    if any(f.unittest for f in found):
+        name, line = tests.function
+        message = UNITTEST_RUNNER_WITH_FUNCTIONS.format(name=name, line=line)
+        return [Problem(path, block.lineno, message) for block, f in zip(blocks, found) if f.unittest]
+    if not tests.has_classes:
+        return []  # a pytest-style file's main block may do something else
+    return [Problem(path, block.lineno, MAIN_BLOCK_WITHOUT_PYTEST) for block in blocks]
 
 
 def check_file(path: str) -> list[Problem]:
@@ -211,21 +258,98 @@ def _operand(node: ast.expr) -> str | None:
     return None
 
 
-def _block_runs_tests(block: ast.If) -> bool:
+class _Tests(NamedTuple):
+    """What kinds of tests a file defines: its first test function, and any unittest class."""
+
+    function: tuple[str, int] | None
+    has_classes: bool
+
+
+def _find_tests(tree: ast.Module) -> _Tests:
+    function = None
+    has_classes = False
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            function = function or (node.name, node.lineno)
+        elif isinstance(node, ast.ClassDef):
+            if _is_unittest_class(node):
+                has_classes = True
+            elif node.name.startswith("Test") and _defines_tests(node):
+                function = function or (f"{node.name}.{_defines_tests(node)}", node.lineno)
+    return _Tests(function, has_classes)
+
+
+def _is_unittest_class(node: ast.ClassDef) -> bool:
+    # A pytest class has no base; a unittest class inherits its runner from one.
+    bases = [b for b in node.bases if not (isinstance(b, ast.Name) and b.id == "object")]
+    if not bases:
+        return False
+    name = node.name
+    named = name.startswith("Test") or name.endswith(("Test", "Tests", "TestCase"))
+    return named or bool(_defines_tests(node))
+
+
+def _defines_tests(node: ast.ClassDef) -> str:
+    for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"):
+            return item.name
+    return ""
+
+
+@dataclass(frozen=True)
+class _Runners:
+    """The names under which this file can call unittest's and pytest's ``main``."""
+
+    modules: dict  # local module alias -> "unittest" or "pytest"
+    functions: dict  # local name of an imported ``main`` -> "unittest" or "pytest"
+
+    @classmethod
+    def of(cls, tree: ast.Module) -> _Runners:
+        modules: dict = {}
+        functions: dict = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in ("unittest", "pytest"):
+                        modules[alias.asname or alias.name] = alias.name
+            elif isinstance(node, ast.ImportFrom) and node.module in ("unittest", "pytest"):
+                for alias in node.names:
+                    if alias.name == "main":
+                        functions[alias.asname or alias.name] = node.module
+        return cls(modules, functions)
+
+    def kind(self, call: ast.Call) -> str | None:
+        """'unittest' for run_tests() and unittest.main(), 'pytest' for pytest.main()."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            return "unittest" if func.id == _RUN_TESTS else self.functions.get(func.id)
+        if not isinstance(func, ast.Attribute):
+            return None
+        if func.attr == _RUN_TESTS:
+            return "unittest"
+        if func.attr == "main" and isinstance(func.value, ast.Name):
+            return self.modules.get(func.value.id)
+        return None
+
+
+class _Found(NamedTuple):
+    """What one main block does: call unittest's runner, pytest's, or raise."""
+
+    unittest: bool
+    pytest: bool
+    raises: bool
+
+
+def _block_runs(block: ast.If, runners: _Runners) -> _Found:
+    kinds = set()
+    raises = False
     for statement in block.body:
         for node in ast.walk(statement):
-            if isinstance(node, ast.Raise) or _is_run_tests_call(node):
-                return True
-    return False
-
-
-def _is_run_tests_call(node: ast.AST) -> bool:
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    if isinstance(func, ast.Name):
-        return func.id == _RUN_TESTS
-    return isinstance(func, ast.Attribute) and func.attr == _RUN_TESTS
+            if isinstance(node, ast.Raise):
+                raises = True
+            elif isinstance(node, ast.Call):
+                kinds.add(runners.kind(node))
+    return _Found("unittest" in kinds, "pytest" in kinds, raises)
 
 
 # --------------------------------------------------------------------------- discovery
@@ -368,7 +492,9 @@ def _parse_args(argv: list[str] | None) -> Options:
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Check that each test file's '__main__' block calls run_tests() or raises.",
+        description="Check that each test file runs its tests when executed as a script: "
+        "a '__main__' block that calls run_tests(), unittest.main() or, for test functions, "
+        "pytest.main(); files of pytest-style test functions alone need none.",
     )
     parser.add_argument("paths", nargs="*", metavar="PATH",
                         help="files (checked whatever their name) or directories (default: .)")

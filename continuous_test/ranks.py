@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from continuous_test import protocol, template
+from continuous_test import coverage_support, protocol, template
 from continuous_test.config import ClassSettings
 from continuous_test.outcome import FaultKind, RankFault
 from continuous_test.protocol import DumpStacks, InitFailed, ProtocolError, RankSpec, Stacks, TestDone
@@ -153,7 +153,7 @@ def start_ranks(cls: type, settings: ClassSettings, world_dir: str, role: str = 
     module_file = getattr(module, "__file__", None)
     rendezvous = rendezvous or os.path.join(world_dir, "rendezvous")
     os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT, 0o600))
-    env = dict(os.environ)
+    env = coverage_support.rank_environment()
     ranks = []
     for rank in range(settings.world_size):
         log_file = os.path.join(world_dir, f"rank{rank}.log")
@@ -183,6 +183,7 @@ def kill_ranks(ranks: Sequence[RankProcess], timeout: float = KILL_TIMEOUT) -> N
     _join_all(ranks, timeout)
     for handle in ranks:
         handle.close()
+    coverage_support.merge_rank_data()
 
 
 def _alive(handle: RankProcess) -> bool:

@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 import torch
 
+from continuous_test import coverage_support
 from continuous_test.launch import RANK_MARKER_ENV
 from continuous_test import protocol
 from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult
@@ -229,6 +230,7 @@ def rank_main(spec: RankSpec, conn, control) -> None:
     _adopt(spec)
     _redirect_output(spec.log_file)
     _apply_env(spec)
+    coverage_support.start_in_rank()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     _CURRENT = RankContext(spec.rank, spec.world_size, spec)
     channel = _Channel(conn, control)

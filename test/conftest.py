@@ -6,5 +6,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-# Scenario files are run as subprocesses by the tests, never collected directly.
-collect_ignore_glob = ["scenarios/*"]
+# Scenario files are run as subprocesses by the tests, never collected directly;
+# gpu/ is run by gpu/check.py on machines with GPUs.
+collect_ignore_glob = ["scenarios/*", "gpu/*"]

@@ -113,10 +113,147 @@ def test_block_without_run_tests_is_reported_on_the_if_line() -> None:
 
 
         if __name__ == "__main__":
-            unittest.main()
+            print("nothing runs")
         """
     problems = check(source)
     assert [p.format() for p in problems] == [f"test_x.py:8: {lint.MAIN_BLOCK_WITHOUT_RUN_TESTS}"]
+
+
+# ------------------------------------------------------------------ every runner
+
+PYTEST_FILE = textwrap.dedent("""\
+    import pytest
+    import continuous_test
+
+
+    @continuous_test.distributed(world_size=2)
+    @pytest.mark.parametrize("n", [1, 4])
+    def test_all_reduce(n):
+        assert n
+
+
+    def test_plain():
+        pass
+    """)
+
+UNITTEST_FILE = textwrap.dedent("""\
+    import unittest
+
+
+    class AllReduceTest(unittest.TestCase):
+        def test_sum(self):
+            pass
+    """)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        PYTEST_FILE,
+        "def test_plain():\n    pass\n",
+        "async def test_async():\n    pass\n",
+        "class TestPlain:\n    def test_x(self):\n        pass\n",
+        "class TestPlain(object):\n    def test_x(self):\n        pass\n",
+        PYTEST_FILE + 'if __name__ == "__main__":\n    raise SystemExit(pytest.main([__file__]))\n',
+        PYTEST_FILE + 'if __name__ == "__main__":\n    import sys\n    sys.exit(pytest.main([__file__]))\n',
+        PYTEST_FILE + 'if __name__ == "__main__":\n    print("a script too")\n',
+        "from pytest import main as pm\ndef test_x():\n    pass\nif __name__ == '__main__':\n    pm()\n",
+    ],
+    ids=["distributed-functions", "function", "async-function", "pytest-class", "object-base",
+         "pytest-main", "sys-exit-pytest-main", "block-does-something-else", "from-import-alias"],
+)
+def test_pytest_style_files_are_accepted(source: str) -> None:
+    assert check(source) == []
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        "unittest.main()",
+        "unittest.main(verbosity=2)",
+        "run_tests()",
+        "common_utils.run_tests()",
+        "raise SystemExit(pytest.main([__file__]))",
+    ],
+)
+def test_unittest_files_accept_every_runner(block: str) -> None:
+    source = UNITTEST_FILE + f'\n\nif __name__ == "__main__":\n    {block}\n'
+    assert check(source) == []
+
+
+def test_unittest_main_imported_under_other_names() -> None:
+    source = (
+        "import unittest as ut\nfrom unittest import main as m\nclass XTest(ut.TestCase):\n"
+        "    def test_x(self):\n        pass\nif __name__ == '__main__':\n    ut.main()\n"
+        "if __name__ == '__main__':\n    m()\n"
+    )
+    assert check(source) == []
+
+
+def test_main_of_another_module_is_not_a_runner() -> None:
+    source = UNITTEST_FILE + '\nif __name__ == "__main__":\n    app.main()\n'
+    assert [p.message for p in check(source)] == [lint.MAIN_BLOCK_WITHOUT_RUN_TESTS]
+
+
+@pytest.mark.parametrize(
+    "block", ["run_tests()", "import unittest; unittest.main()", "raise SystemExit(run_tests())"]
+)
+def test_unittest_runner_in_a_file_of_functions_is_reported(block: str) -> None:
+    source = PYTEST_FILE + f'\nif __name__ == "__main__":\n    {block}\n'
+    problems = check(source)
+    expected = lint.UNITTEST_RUNNER_WITH_FUNCTIONS.format(name="test_all_reduce", line=7)
+    assert [(p.line, p.message) for p in problems] == [(14, expected)]
+    assert lint.PYTEST_MAIN in expected
+
+
+def test_mixed_file_needs_pytest() -> None:
+    mixed = UNITTEST_FILE + "\n\ndef test_function():\n    pass\n"
+    assert [p.message for p in check(mixed)] == [lint.NO_MAIN_BLOCK_MIXED]
+    without = mixed + '\nif __name__ == "__main__":\n    print("no runner")\n'
+    assert [p.message for p in check(without)] == [lint.MAIN_BLOCK_WITHOUT_PYTEST]
+    with_unittest = mixed + '\nif __name__ == "__main__":\n    unittest.main()\n'
+    assert [p.line for p in check(with_unittest)] == [12]
+    with_pytest = mixed + f'\nimport pytest\nif __name__ == "__main__":\n    {lint.PYTEST_MAIN}\n'
+    assert check(with_pytest) == []
+
+
+def test_base_class_with_tests_counts_as_unittest_even_without_test_name() -> None:
+    source = "class Checks(Base):\n    def test_x(self):\n        pass\n"
+    assert [p.message for p in check(source)] == [lint.NO_MAIN_BLOCK]
+    named = "class GlooTest(Base):\n    backend = 'gloo'\n"
+    assert [p.message for p in check(named)] == [lint.NO_MAIN_BLOCK]
+
+
+def test_following_the_advice_keeps_a_pytest_file_runnable(tmp_path: Path) -> None:
+    # The README's @distributed example with the main block the lint advises, run as a script:
+    # unittest's runner would fail it with "missing 1 required positional argument: 'n'".
+    source = textwrap.dedent("""\
+        import pytest, torch, torch.distributed as dist
+        import continuous_test
+
+        @continuous_test.distributed(world_size=2)
+        @pytest.mark.parametrize("n", [1, 4])
+        def test_all_reduce(n):
+            t = torch.ones(n)
+            dist.all_reduce(t)
+            assert t.tolist() == [2.0] * n
+
+        if __name__ == "__main__":
+            run_tests = continuous_test.run_tests
+            run_tests()
+        """)
+    broken = write(tmp_path / "test_broken.py", source)
+    [problem] = lint.check_file(str(broken))
+    assert lint.PYTEST_MAIN in problem.message
+    fixed = write(tmp_path / "test_fixed.py", source.replace(
+        "    run_tests = continuous_test.run_tests\n    run_tests()\n", f"    {lint.PYTEST_MAIN}\n"))
+    assert lint.check_file(str(fixed)) == []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("CI", None)
+    proc = subprocess.run([sys.executable, str(fixed), "-p", "no:cacheprovider"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 import torch.distributed as dist
 
 import continuous_test
-from continuous_test import MultiProcContinuousTest, run_tests
+from continuous_test import MultiProcContinuousTest
 
 
 @pytest.mark.world_size(3)
@@ -36,4 +36,5 @@ def test_function_world_size_from_marker():
 
 
 if __name__ == "__main__":
-    run_tests()
+    # Markers are pytest's, and unittest's runner skips test functions.
+    raise SystemExit(pytest.main([__file__]))

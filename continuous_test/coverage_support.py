@@ -1,0 +1,145 @@
+"""Coverage of the code that runs inside ranks.
+
+A rank is forked from the template (not from the controller) and always ends with
+``os._exit``, which skips the ``atexit`` hook where coverage.py saves its data.  So
+a measurement in the controller (``coverage run``, pytest-cov's ``--cov``, or
+``COVERAGE_PROCESS_START``) would see none of the lines that only ranks execute.
+How the controller's measurement reaches the ranks and comes back::
+
+    controller                                       rank (forked from the template)
+    ──────────                                       ───────────────────────────────
+    coverage.Coverage.current() is measuring
+      │ rank_environment(): its config, serialized
+      ▼ in CONTINUOUS_TEST_COVERAGE
+    start_ranks ── RankSpec.env ──────────────────▶  start_in_rank(): drop any measurement
+                                                       inherited from the template, start one
+                                                       with the controller's config, writing
+                                                       <data_file>.continuous_test.<host>.
+                                                       <controller pid>.<pid>.<random>
+                                                       │ os._exit (wrapped): stop, save
+    merge_rank_data() ◀── data files ──────────────────┘
+      when the ranks of a world have ended, their files are folded into the
+      controller's running measurement, which coverage.py (``coverage run``) or
+      pytest-cov then saves and reports as usual
+
+The rank side never imports the controller; nothing here imports coverage.py
+unless the controller already did.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import secrets
+import socket
+import sys
+from typing import Any
+
+__all__ = ["ENV_COVERAGE", "SUFFIX", "merge_rank_data", "rank_environment", "start_in_rank"]
+
+ENV_COVERAGE = "CONTINUOUS_TEST_COVERAGE"
+# First part of a rank's data file suffix: <data_file>.continuous_test.<host>.<controller pid>...
+SUFFIX = "continuous_test"
+_CONFIG_DATA_PREFIX = ":data:"  # coverage.control.CONFIG_DATA_PREFIX, coverage >= 7.10
+
+# The controller's settings for its ranks, serialized once per measurement: (id, text).
+_settings_cache: tuple | None = None
+
+
+def _current() -> Any:
+    coverage = sys.modules.get("coverage")  # not measuring if coverage.py was never imported
+    current = getattr(getattr(coverage, "Coverage", None), "current", None)
+    return current() if current is not None else None
+
+
+# ---------------------------------------------------------------------- controller side
+
+
+def rank_environment() -> dict[str, str]:
+    """The environment of new ranks; ``world.start_ranks`` calls this for every world it starts.
+
+    The controller's environment, plus its coverage settings when it is measuring.
+    """
+    global _settings_cache
+    env = dict(os.environ)
+    env.pop(ENV_COVERAGE, None)
+    cov = _current()
+    if cov is None:
+        return env
+    if _settings_cache is None or _settings_cache[0] != id(cov):
+        _settings_cache = (id(cov), _settings(cov))
+    if _settings_cache[1] is not None:
+        env[ENV_COVERAGE] = _settings_cache[1]
+    return env
+
+
+def _settings(cov: Any) -> str | None:
+    serialize = getattr(cov.config, "serialize", None)
+    if serialize is None:
+        return None  # coverage.py before 7.10 cannot hand its settings on; ranks go unmeasured
+    # Every setting, with paths made absolute, as coverage.py passes them to subprocesses.
+    settings = {"controller": os.getpid(), "host": socket.gethostname(), "config": serialize()}
+    return json.dumps(settings)
+
+
+def _rank_files(cov: Any) -> list:
+    data_file = os.path.abspath(cov.config.data_file)
+    pattern = f"{glob.escape(data_file)}.{SUFFIX}.{glob.escape(socket.gethostname())}.{os.getpid()}.*"
+    return sorted(glob.glob(pattern))
+
+
+def merge_rank_data() -> None:
+    """Fold the data of this controller's ended ranks into its measurement; ``world.kill_ranks`` calls this.
+
+    Done as each world ends, while the measurement still runs: ``coverage run``
+    stops and saves it before ``atexit`` hooks run.
+    """
+    cov = _current()
+    if cov is None:
+        return
+    files = _rank_files(cov)
+    if files:
+        with contextlib.suppress(Exception):  # a broken data file must not fail the test
+            cov.combine(data_paths=files, keep=False)
+
+
+# ---------------------------------------------------------------------------- rank side
+
+
+def start_in_rank() -> None:
+    """Measure this rank as the controller measures itself; ``worker.rank_main`` calls this first."""
+    raw = os.environ.get(ENV_COVERAGE)
+    inherited = _current()
+    if inherited is not None:
+        # Started in the template (COVERAGE_PROCESS_START, [run] patch = fork): its
+        # data and file name belong to the template, so this rank must not save it.
+        inherited._auto_save = False
+        with contextlib.suppress(Exception):
+            inherited.stop()
+    if not raw:
+        return
+    import coverage
+
+    settings = json.loads(raw)
+    suffix = f"{SUFFIX}.{settings['host']}.{settings['controller']}.{os.getpid()}.{secrets.token_hex(3)}"
+    cov = coverage.Coverage(config_file=_CONFIG_DATA_PREFIX + settings["config"], data_suffix=suffix)
+    # As coverage.py's own start in a subprocess: the controller warns once, not every rank.
+    cov._warn_no_data = cov._warn_unimported_source = cov._warn_preimported_source = False
+    cov.start()
+    if "_exit" not in (getattr(cov.config, "patch", None) or ()):
+        _save_before_exit(cov)
+
+
+def _save_before_exit(cov: Any) -> None:
+    # A rank always ends with os._exit (worker.py), also when a test calls it,
+    # and os._exit skips atexit; coverage's own "[run] patch = _exit" does the same.
+    real_exit = os._exit
+
+    def exit_saving_coverage(status: int) -> None:
+        with contextlib.suppress(Exception):
+            cov.stop()
+            cov.save()
+        real_exit(status)
+
+    os._exit = exit_saving_coverage  # type: ignore[assignment]

@@ -1,0 +1,58 @@
+"""test/gpu/check.py, the CUDA/NCCL check: on a machine without GPUs every check skips cleanly."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import helpers
+import pytest
+import torch
+from helpers import ROOT, describe
+
+CHECK = ROOT / "test" / "gpu" / "check.py"
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: run test/gpu/check.py")
+
+
+def _load_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", CHECK)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # for the dataclasses in it
+    spec.loader.exec_module(module)
+    return module
+
+
+check = _load_check()
+
+
+@no_gpu
+def test_every_check_skips_without_gpus():
+    proc = helpers.run([sys.executable, str(CHECK)], cwd=ROOT)
+    assert proc.returncode == 0, describe(proc)
+    lines = proc.stdout.splitlines()
+    results = [line for line in lines if line.split(" ", 1)[0] in ("PASS", "FAIL", "SKIP")]
+    assert [line.split()[1] for line in results] == [c.name for c in check.CHECKS]
+    assert all(line.startswith("SKIP") and "no CUDA GPU" in line for line in results), proc.stdout
+    assert lines[-1] == check.SUMMARY.format(total=7, passed=0, skipped=7, failed=0)
+
+
+@no_gpu
+def test_a_check_runs_the_file_and_reports_its_skip_reason():
+    # As if this machine had GPUs: the file itself runs, and nccl's absence is its skip reason.
+    inventory = check.Inventory(torch.__version__, gpus=2, nccl=True)
+    result = check.run_check(check.CHECKS[0], inventory)
+    assert (result.name, result.status) == ("world-nccl-1", "SKIP"), result
+    assert "backend 'nccl' is not available" in result.detail, result
+
+
+def test_vendored_expecttest_wheel_imports():
+    # The GPU machine has no expecttest; check.py puts this wheel on the ranks' path.
+    [wheel] = sorted((ROOT / "test" / "gpu" / "wheels").glob("expecttest-*.whl"))
+    code = f"import sys; sys.path.insert(0, {str(wheel)!r}); import expecttest; print(expecttest.__file__)"
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(str(wheel)), proc.stdout
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
