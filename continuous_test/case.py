@@ -9,7 +9,7 @@
 
   - inside a rank of a dispatcher world: run the test for real (``unittest``'s own run);
   - under torchrun or srun: run in place and exchange outcomes through the store
-    (:mod:`continuous_test.launched`);
+    (:mod:`continuous_test.in_place`);
   - otherwise this process is the controller: dispatch to the class's world
     (:mod:`continuous_test.world`) and replay the merged verdict into ``result``.
 
@@ -206,9 +206,9 @@ class MultiProcContinuousTest(TestCase):
             return super().run(result)
         launch = detect()
         if launch.is_launcher:
-            from continuous_test import launched
+            from continuous_test import in_place
 
-            return launched.run_in_place(self, result, launch)
+            return in_place.run_in_place(self, result, launch)
         return replay.run_with(self, result, self._dispatch)
 
     def _dispatch(self) -> Any:

@@ -99,11 +99,11 @@ def _verdict(cls: type, name: str, kwargs: Dict[str, Any]) -> Verdict:
     if worker.current() is not None:
         raise RuntimeError(f"{test_id}: a @distributed function cannot be called inside a rank")
     if launch.is_launcher:
-        from continuous_test import launched
+        from continuous_test import in_place
 
         case = cls(name)
         case.call_kwargs = kwargs
-        return launched.run_case_in_place(case, launch, test_id)
+        return in_place.run_case_in_place(case, launch, test_id)
     from continuous_test import world
 
     started = world.start_world_for(cls)

@@ -154,9 +154,9 @@ class MultiProcessTestCase(TestCase):
     def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
         """unittest's run; under torchrun or srun, once per launch (launcher rank 0 runs it)."""
         if worker.current() is None and detect().is_launcher:
-            from continuous_test import launched
+            from continuous_test import in_place
 
-            return launched.run_fresh_once(self, result, detect(), super().run)
+            return in_place.run_fresh_once(self, result, detect(), super().run)
         return super().run(result)
 
     def setUp(self) -> None:

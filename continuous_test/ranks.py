@@ -16,7 +16,7 @@ a deadline::
 
         start_ranks (each rank runs one test at once) ─► wait(TestDone and exit) ─► judge endings ─► kill leftovers
 
-    launcher (torchrun, srun: continuous_test.launched)
+    launcher (torchrun, srun: continuous_test.in_place)
 
         no controller: every launched process is a rank and runs its tests in place;
         outcomes are exchanged through the launcher's store.

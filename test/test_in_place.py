@@ -10,7 +10,7 @@ import pytest
 from helpers import describe, unittest_counts
 
 from continuous_test.launch import LAUNCH_HINTS, Mode
-from continuous_test.launched import (
+from continuous_test.in_place import (
     OTHER_RUN,
     PORT_IN_USE,
     WORLD_BROKEN,
