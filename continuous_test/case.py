@@ -173,6 +173,9 @@ class MultiProcContinuousTest(TestCase):
     # ranks are killed.
     start_timeout: Optional[float] = None
     shutdown_timeout: Optional[float] = None
+    # What to do when a test leaves process-global state changed: "restore"
+    # (None: CONTINUOUS_TEST_LEAKS or the default), "fail" or "off".
+    leak_policy: Optional[str] = None
 
     # -- torch-compatible configuration hooks --------------------------------------
 
@@ -295,11 +298,15 @@ class MultiProcContinuousTest(TestCase):
     def _dispatch(self) -> Any:
         from continuous_test import config, world
 
+        from continuous_test import isolate
+
         cls = type(self)
-        started = world.start_world_for(cls)
         method = getattr(self, self._testMethodName)
+        config.leak_policy(cls, method)  # a bad value fails here, naming its source
+        started = world.start_world_for(cls)
         limit = config.test_time_limit(cls, method)
-        return started.run_test(self._testMethodName, replay.short_id(self), limit)
+        verdict = started.run_test(self._testMethodName, replay.short_id(self), limit)
+        return isolate.after_test(started, self._testMethodName, replay.short_id(self), limit, verdict)
 
     @classmethod
     def tearDownClass(cls) -> None:
