@@ -28,7 +28,7 @@ from typing import Any, Optional
 import expecttest
 import torch
 
-from continuous_test import compare, replay, worker
+from continuous_test import compare, replay, shuffle, worker
 from continuous_test.config import ConfigError
 from continuous_test.launch import detect
 
@@ -324,3 +324,8 @@ def _backend_names(spec: Optional[str]) -> list:
     for part in str(spec).lower().split(","):
         names.append(part.split(":")[-1].strip())
     return [n for n in names if n]
+
+
+# ``python -m unittest`` loads tests with unittest's default loader: shuffle it
+# too when CONTINUOUS_TEST_SHUFFLE is set (``run_tests()`` uses a loader of its own).
+shuffle.install_default()

@@ -28,7 +28,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence
 
-from continuous_test import config
+from continuous_test import config, shuffle
 from continuous_test.outcome import RankTimeoutError, Verdict
 
 __all__ = [
@@ -57,7 +57,6 @@ STOPPED = "  rerun/bisect stopped: {why}. {found}"
 BUDGET_SPENT = "its time budget is spent (CONTINUOUS_TEST_BISECT={budget:g} seconds per run)"
 PREDECESSOR_FAILED = "{test}, an earlier test, failed during the replay"
 START_FAILED = "a fresh world could not start ({error})"
-SHUFFLED = "  the order was shuffled with seed {seed}: CONTINUOUS_TEST_SHUFFLE={seed} replays it."
 
 
 @dataclass(frozen=True)
@@ -98,8 +97,10 @@ def after_test(world: Any, method: str, test_id: str, time_limit: float, verdict
     ran = Ran(method, test_id, time_limit, kwargs)
     if verdict.failed:
         note = diagnose(world.cls, world.world_size, list(history), ran)
-        if note:
-            _add_note(verdict, note)
+        seed_line = shuffle.failure_line()
+        for text in (note, seed_line):
+            if text:
+                _add_note(verdict, text)
     if verdict.restart_world:
         history.clear()
     else:
@@ -117,9 +118,6 @@ def diagnose(cls: type, world_size: int, history: Sequence[Ran], failed: Ran) ->
         lines = [_judge(replay, list(history), failed)]
     except _Stop as stop:
         lines = [STOPPED.format(why=stop, found=replay.found)]
-    seed = config.shuffle_seed()
-    if seed is not None:
-        lines.append(SHUFFLED.format(seed=seed))
     header = NOTE_HEADER.format(worlds=replay.worlds, seconds=replay.seconds)
     return "\n".join([header, *lines])
 
