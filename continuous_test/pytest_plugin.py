@@ -219,7 +219,7 @@ def _add_seed_section(report: pytest.TestReport) -> None:
     from continuous_test.shuffle import failure_line
 
     line = failure_line()
-    if line is not None:
+    if line is not None and line not in str(report.longrepr):  # distributed tests carry it as a note
         report.sections.append(("continuous_test shuffle", line + "\n"))
 
 
