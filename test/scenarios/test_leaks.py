@@ -37,7 +37,7 @@ class LeakTest(MultiProcContinuousTest):
         sys.path.append("/leaked/path")
         torch.nn.modules.module.register_module_forward_hook(_hook)
         warnings.simplefilter("error", DeprecationWarning)
-        dist.new_group([0, 1])
+        dist.barrier(group=dist.new_group([0, 1]))  # used, so no rank leaves while another connects
 
     def test_2_sensitive(self):
         self.assertEqual(torch.get_default_dtype(), torch.float32)
