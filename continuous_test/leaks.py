@@ -141,7 +141,7 @@ def _set_cudnn(value: Tuple[bool, ...]) -> None:
 
 
 _SCALARS: Tuple[Tuple[str, Callable[[], Any], Callable[[Any], Any]], ...] = (
-    ("current directory", lambda: _cwd(), os.chdir),
+    ("current directory", _cwd, os.chdir),
     ("torch default dtype", torch.get_default_dtype, torch.set_default_dtype),
     ("torch default device", _device, torch.set_default_device),
     ("grad mode", torch.is_grad_enabled, torch.set_grad_enabled),
@@ -149,7 +149,10 @@ _SCALARS: Tuple[Tuple[str, Callable[[], Any], Callable[[Any], Any]], ...] = (
     ("torch inter-op threads", torch.get_num_interop_threads, torch.set_num_interop_threads),
     ("deterministic algorithms (enabled, warn_only)", _deterministic, _set_deterministic),
     ("float32 matmul precision", torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
-    ("cudnn flags (enabled, benchmark, deterministic, allow_tf32)", _cudnn, _set_cudnn),
+) + (
+    # Reading them costs a C call each: only where cudnn is present.
+    (("cudnn flags (enabled, benchmark, deterministic, allow_tf32)", _cudnn, _set_cudnn),)
+    if torch.backends.cudnn.is_available() else ()
 )
 
 
@@ -177,15 +180,32 @@ class Snapshot:
     __slots__ = ("scalars", "env", "path", "modules", "streams", "filters", "hooks", "threads", "pg", "groups")
 
     def __init__(self) -> None:
-        self.scalars = tuple(read() for _, read, _ in _SCALARS)
+        self.scalars = tuple([read() for _, read, _ in _SCALARS])
         self.env = dict(os.environ._data)  # type: ignore[attr-defined]  # raw copy: no decoding
         self.path = list(sys.path)
-        self.modules = dict(sys.modules)
+        self.modules = _modules_copy()
         self.streams = (sys.stdout, sys.stderr)
         self.filters = list(warnings.filters)
-        self.hooks = tuple(tuple(d.items()) for _, d in _HOOKS)
+        self.hooks = tuple([tuple(d.items()) if d else () for _, d in _HOOKS])
         self.threads = {t.ident for t in threading.enumerate()}
         self.pg, self.groups = _groups()
+
+
+# Copying sys.modules (over a thousand entries in a rank) is the largest part of
+# a snapshot.  The copy of the previous test is reused when the check after it
+# found sys.modules equal to it: nothing between two tests replaces a module, and
+# an import adds one, which changes the length.
+_modules_cache: Optional[Dict[str, Any]] = None
+# Set by a check that found sys.modules equal to the cached copy; a snapshot uses it once.
+_modules_verified = False
+
+
+def _modules_copy() -> Dict[str, Any]:
+    global _modules_cache, _modules_verified
+    if not _modules_verified or _modules_cache is None or len(_modules_cache) != len(sys.modules):
+        _modules_cache = dict(sys.modules)
+    _modules_verified = False
+    return _modules_cache
 
 
 def take() -> Snapshot:
@@ -193,16 +213,30 @@ def take() -> Snapshot:
     return Snapshot()
 
 
+def _c10d() -> Any:
+    global _C10D
+    if _C10D is None:
+        import torch.distributed as dist
+
+        _C10D = False
+        if dist.is_available():
+            from torch.distributed import distributed_c10d
+
+            _C10D = distributed_c10d
+    return _C10D
+
+
+_C10D: Any = None
+
+
 def _groups() -> Tuple[Optional[Tuple[Any, int, int]], frozenset]:
-    import torch.distributed as dist
-
-    if not dist.is_available():
+    c10d = _c10d()
+    if not c10d:
         return None, frozenset()
-    from torch.distributed import distributed_c10d as c10d
-
-    pg = c10d._world.default_pg
+    world = c10d._world
+    pg = world.default_pg
     default = None if pg is None else (pg, pg.rank(), pg.size())
-    return default, frozenset(c10d._world.pg_names)
+    return default, frozenset(world.pg_names)
 
 
 def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
@@ -214,6 +248,8 @@ def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
         found.append(_put_back_list("sys.path", before.path, sys.path))
     if len(sys.modules) != len(before.modules) or not before.modules.items() <= sys.modules.items():
         _check_modules(before.modules, found)
+    else:
+        _modules_verified_equal(before.modules)
     if (sys.stdout, sys.stderr) != before.streams:
         _check_streams(before.streams, found)
     if warnings.filters != before.filters:
@@ -265,6 +301,11 @@ def _put_back_list(item: str, old: list, new: list) -> Leak:
     return Leak(item, f"{len(old)} entries", _cut(after), True)
 
 
+def _modules_verified_equal(copy: Dict[str, Any]) -> None:
+    global _modules_verified
+    _modules_verified = copy is _modules_cache
+
+
 def _check_modules(old: Dict[str, Any], found: List[Leak]) -> None:
     new = sys.modules
     for name in [n for n in old if new.get(n) is not old[n]]:
@@ -287,19 +328,19 @@ def _put_back_filters(old: list) -> Leak:
     new = list(warnings.filters)
     added = [f for f in new if f not in old]
     after = f"{len(new)} filters" + (f" (added {_filter_text(added[0])}{' ...' if len(added) > 1 else ''})" if added else "")
-    warnings.filters[:] = old
+    warnings.filters[:] = old  # type: ignore[index]  # a list at runtime
     warnings._filters_mutated()  # type: ignore[attr-defined]  # the module's cache key
     return Leak("warnings filters", f"{len(old)} filters", _cut(after), True)
 
 
 def _filter_text(entry: tuple) -> str:
-    action, message, category, module, lineno = entry
+    action, _message, category, _module, _lineno = entry
     return f"{action!r} for {getattr(category, '__name__', category)}"
 
 
 def _check_hooks(old: Tuple[tuple, ...], found: List[Leak]) -> None:
     for (label, hooks), items in zip(_HOOKS, old):
-        if len(hooks) == len(items) and tuple(hooks.items()) == items:
+        if len(hooks) == len(items) and (not hooks or tuple(hooks.items()) == items):
             continue
         after = f"{len(hooks)} hook(s) ({', '.join(_show(h) for h in hooks.values())})" if hooks else "0 hooks"
         hooks.clear()
@@ -324,16 +365,14 @@ def _check_groups(before: Snapshot, found: List[Leak]) -> None:
         if pg is not None and old is not None:  # replaced: the worker re-initializes its own
             restored = _destroy_default()
         found.append(Leak("default process group", _describe_pg(old), _describe_pg(pg), restored))
-    new = [name for pg_, name in _new_groups(groups, before.groups, pg)]
+    new = [name for _, name in _new_groups(groups, before.groups, pg)]
     if new:
         found.append(Leak("process groups the test created", "none", f"{len(new)} not destroyed (group names {', '.join(new)})", True))
 
 
 def _new_groups(groups: frozenset, old: frozenset, default: Optional[tuple]) -> List[Tuple[Any, str]]:
-    from torch.distributed import distributed_c10d as c10d
-
     skip = default[0] if default is not None else None
-    return [(g, c10d._world.pg_names[g]) for g in groups - old if g is not skip]
+    return [(g, _c10d()._world.pg_names[g]) for g in groups - old if g is not skip]
 
 
 def _destroy_default() -> bool:

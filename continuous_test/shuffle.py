@@ -59,7 +59,7 @@ def install(loader: unittest.TestLoader, seed: int, announce: bool = True) -> un
             loader._ct_announced = True  # type: ignore[attr-defined]
             print(SEED_LINE.format(seed=seed), file=sys.stderr, flush=True)
         suite = load_module(module, *args, **kwargs)
-        groups = sorted(suite, key=lambda group: order_key(seed, _first_class(group)))
+        groups: List[Any] = sorted(suite, key=lambda group: order_key(seed, _first_class(group)))
         return loader.suiteClass(groups)
 
     loader.loadTestsFromModule = load_shuffled  # type: ignore[method-assign]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import tempfile
 
+import pytest
+
 import helpers
 from continuous_test import config, isolate
 from helpers import describe, unittest_counts
@@ -45,3 +47,7 @@ def test_bad_budget_names_its_source():
         assert "'soon' from CONTINUOUS_TEST_BISECT environment variable" in str(exc)
     else:
         raise AssertionError("no ConfigError")
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

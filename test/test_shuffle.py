@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 import sys
 
+import pytest
+
 import helpers
 from continuous_test import config, shuffle
 from helpers import describe
@@ -63,3 +65,7 @@ def test_pytest_bare_option_picks_a_seed_shared_by_xdist_workers():
 def test_bad_seed_names_its_source():
     proc = helpers.pytest("test_shuffle.py", env=seeded("soon"))
     assert "Invalid shuffle seed 'soon' from CONTINUOUS_TEST_SHUFFLE environment variable" in proc.stderr, describe(proc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
