@@ -19,7 +19,8 @@ public API only (``start()``, ``run_test()``, ``stop()``), with the same
 environment, so the same shuffle seed and RNG seed.  The time spent is bounded
 per process by ``CONTINUOUS_TEST_BISECT`` (``--ct-bisect``) seconds, which also
 turns it off (``off`` or 0).  Under torchrun or srun tests never come here: the
-ranks cannot be re-forked.
+ranks cannot be re-forked.  A test that exceeded its time limit is not rerun:
+the rerun would wait as long again.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ __all__ = [
     "FLAKY_FIRST",
     "STOPPED",
     "NOTE_HEADER",
+    "NOT_RERUN",
 ]
 
 NOTE_HEADER = "continuous_test rerun and bisect ({worlds} fresh world(s), {seconds:.1f} s):"
@@ -56,6 +58,7 @@ FLAKY_FIRST = "  {test} is flaky: it passed when rerun alone in a fresh world (n
 STOPPED = "  rerun/bisect stopped: {why}. {found}"
 BUDGET_SPENT = "its time budget is spent (CONTINUOUS_TEST_BISECT={budget:g} seconds per run)"
 PREDECESSOR_FAILED = "{test}, an earlier test, failed during the replay"
+NOT_RERUN = "continuous_test: not rerun in a fresh world: it exceeded its time limit, and a rerun would wait as long again."
 START_FAILED = "a fresh world could not start ({error})"
 
 
@@ -96,7 +99,10 @@ def after_test(world: Any, method: str, test_id: str, time_limit: float, verdict
     history = _HISTORY.setdefault(world, [])
     ran = Ran(method, test_id, time_limit, kwargs)
     if verdict.failed:
-        note = diagnose(world.cls, world.world_size, list(history), ran)
+        if not _timed_out(verdict):
+            note = diagnose(world.cls, world.world_size, list(history), ran)
+        else:
+            note = NOT_RERUN if config.bisect_budget() > 0 else None
         seed_line = shuffle.failure_line()
         for text in (note, seed_line):
             if text:
@@ -199,6 +205,11 @@ class _Replayer:
             if index < len(sequence) - 1 and (verdict.failed or verdict.restart_world):
                 raise _Stop(PREDECESSOR_FAILED.format(test=ran.short()))
         return verdict.failed
+
+
+def _timed_out(verdict: Verdict) -> bool:
+    # A rerun of a test that exceeded its time limit would wait as long again.
+    return isinstance(verdict.error, RankTimeoutError)
 
 
 def _add_note(verdict: Verdict, note: str) -> None:
