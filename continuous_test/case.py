@@ -27,7 +27,7 @@ from typing import Any, Optional
 import expecttest
 import torch
 
-from continuous_test import compare, config, replay, worker
+from continuous_test import compare, config, replay, shuffle, worker
 from continuous_test.config import BAD_WORLD_SIZE, NOT_IMPORTABLE, UNKNOWN_BACKEND
 from continuous_test.launch import detect
 
@@ -155,6 +155,9 @@ class MultiProcContinuousTest(TestCase):
     # ranks are killed.
     start_timeout: Optional[float] = None
     shutdown_timeout: Optional[float] = None
+    # What to do when a test leaves process-global state changed: "restore"
+    # (None: CONTINUOUS_TEST_LEAKS or the default), "fail" or "off".
+    leak_policy: Optional[str] = None
 
     # -- torch-compatible configuration hooks --------------------------------------
 
@@ -214,11 +217,15 @@ class MultiProcContinuousTest(TestCase):
     def _dispatch(self) -> Any:
         from continuous_test import world
 
+        from continuous_test import isolate
+
         cls = type(self)
-        started = world.start_world_for(cls)
         method = getattr(self, self._testMethodName)
+        config.leak_policy(cls, method)  # a bad value fails here, naming its source
+        started = world.start_world_for(cls)
         limit = config.test_time_limit(cls, method)
-        return started.run_test(self._testMethodName, replay.short_id(self), limit)
+        verdict = started.run_test(self._testMethodName, replay.short_id(self), limit)
+        return isolate.after_test(started, self._testMethodName, replay.short_id(self), limit, verdict)
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -228,3 +235,8 @@ class MultiProcContinuousTest(TestCase):
                 sys.modules["continuous_test.world"].stop_world(cls)
         finally:
             super().tearDownClass()
+
+
+# ``python -m unittest`` loads tests with unittest's default loader: shuffle it
+# too when CONTINUOUS_TEST_SHUFFLE is set (``run_tests()`` uses a loader of its own).
+shuffle.install_default()

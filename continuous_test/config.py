@@ -21,6 +21,16 @@ the result, and returns a :class:`ClassSettings` that the controller keeps and t
 ranks receive inside their :class:`~continuous_test.protocol.RankSpec`.  Every bad
 value raises :class:`ConfigError` naming where it came from; a backend or device this
 machine lacks raises :class:`unittest.SkipTest`.
+
+Leak policy of a test (:mod:`continuous_test.leaks`), highest precedence first: the
+``--ct-leaks`` option (exported to the ranks as ``CONTINUOUS_TEST_LEAKS``), the
+``CONTINUOUS_TEST_LEAKS`` environment variable, a ``ct_leaks(policy)`` pytest marker
+on the test, then on its class, the ``leak_policy`` class attribute, ``restore``.
+
+Order shuffling: ``--ct-shuffle[=SEED]``, else ``CONTINUOUS_TEST_SHUFFLE=SEED``.
+Rerun and bisect of a failed test (:mod:`continuous_test.isolate`): at most
+``CONTINUOUS_TEST_BISECT`` seconds per run in all (``--ct-bisect``; ``off`` or 0
+turns it off; default :data:`DEFAULT_BISECT_BUDGET`).
 """
 from __future__ import annotations
 
@@ -74,6 +84,19 @@ __all__ = [
     "NO_DEVICES",
     "BACKEND_UNAVAILABLE",
     "BAD_START_METHOD",
+    "ENV_LEAKS",
+    "ENV_SHUFFLE",
+    "ENV_BISECT",
+    "DEFAULT_LEAK_POLICY",
+    "DEFAULT_BISECT_BUDGET",
+    "INVALID_POLICY",
+    "leak_policy",
+    "parse_leak_policy",
+    "set_cli_leaks",
+    "parse_seed",
+    "shuffle_seed",
+    "bisect_budget",
+    "parse_budget",
 ]
 
 DEFAULT_TEST_TIMEOUT = 300.0
@@ -88,6 +111,17 @@ ENV_START_TIMEOUT = "CONTINUOUS_TEST_START_TIMEOUT"
 ENV_START_METHOD = "CONTINUOUS_TEST_START_METHOD"
 ENV_SHUTDOWN_TIMEOUT = "CONTINUOUS_TEST_SHUTDOWN_TIMEOUT"
 ENV_TORCH_TESTCASE = "CONTINUOUS_TEST_TORCH_TESTCASE"
+ENV_LEAKS = "CONTINUOUS_TEST_LEAKS"
+ENV_SHUFFLE = "CONTINUOUS_TEST_SHUFFLE"
+ENV_BISECT = "CONTINUOUS_TEST_BISECT"
+
+DEFAULT_LEAK_POLICY = "restore"
+DEFAULT_BISECT_BUDGET = 120.0
+LEAK_POLICIES = ("restore", "fail", "off")
+LEAK_MARKER = "ct_leaks"
+INVALID_POLICY = "Invalid leak policy {value!r} from {source}: expected one of restore, fail, off"
+INVALID_SEED = "Invalid shuffle seed {value!r} from {source}: expected a non-negative integer"
+INVALID_BUDGET = "Invalid bisect budget {value!r} from {source}: expected seconds (0 or 'off' turns it off)"
 
 DEFAULT_CPU_WORLD_SIZE = 2
 INVALID_VALUE = "Invalid {what} {value!r} from {source}: expected a positive number of seconds"
@@ -405,3 +439,83 @@ def backend_names(spec: Optional[str]) -> list:
         return []
     names = [part.split(":")[-1].strip() for part in str(spec).lower().split(",")]
     return [n for n in names if n]
+
+
+# -- leaks, shuffling, bisect ---------------------------------------------------------
+
+
+def parse_leak_policy(value: Any, source: str) -> str:
+    """Validate a leak policy (restore, fail, off); raises ConfigError naming ``source``."""
+    policy = str(value).strip().lower() if isinstance(value, str) else None
+    if policy not in LEAK_POLICIES:
+        raise ConfigError(INVALID_POLICY.format(value=value, source=source))
+    return policy
+
+
+def set_cli_leaks(value: Optional[str], env: Any = os.environ) -> None:
+    """Install ``--ct-leaks``: exported in the environment, which ranks inherit; the plugin calls this."""
+    if value is not None:
+        env[ENV_LEAKS] = parse_leak_policy(value, "the --ct-leaks option")
+
+
+def _marked_policy(obj: Any, where: str) -> Optional[str]:
+    # pytest stores markers on the function or class itself (``pytestmark``), so
+    # ranks, which never run pytest, read them from there.
+    marks = getattr(obj, "pytestmark", ())
+    for mark in marks if isinstance(marks, list) else [marks]:
+        if getattr(mark, "name", None) == LEAK_MARKER:
+            value = mark.args[0] if mark.args else next(iter(mark.kwargs.values()), None)
+            return parse_leak_policy(value, f"the {LEAK_MARKER} marker of {where}")
+    return None
+
+
+def leak_policy(cls: type, method: Optional[Callable], env: Mapping[str, str] = os.environ) -> str:
+    """The leak policy of one test; the controller checks it, each rank applies it."""
+    raw = env.get(ENV_LEAKS)
+    if raw is not None and raw.strip():
+        return parse_leak_policy(raw, f"{ENV_LEAKS} environment variable")
+    name = getattr(method, "__name__", "?")
+    policy = _marked_policy(method, f"{cls.__qualname__}.{name}") if method is not None else None
+    if policy is None:
+        policy = _marked_policy(cls, cls.__qualname__)
+    if policy is None and getattr(cls, "leak_policy", None) is not None:
+        policy = parse_leak_policy(cls.leak_policy, f"{cls.__qualname__}.leak_policy")
+    return policy or DEFAULT_LEAK_POLICY
+
+
+def parse_seed(value: Any, source: str) -> int:
+    """Validate a shuffle seed (a non-negative int)."""
+    try:
+        seed = int(str(value).strip())
+    except ValueError:
+        seed = -1
+    if isinstance(value, bool) or seed < 0:
+        raise ConfigError(INVALID_SEED.format(value=value, source=source))
+    return seed
+
+
+def shuffle_seed(env: Mapping[str, str] = os.environ) -> Optional[int]:
+    """The shuffle seed of this run from ``CONTINUOUS_TEST_SHUFFLE``, or None (no shuffling)."""
+    raw = env.get(ENV_SHUFFLE)
+    if raw is None or not raw.strip():
+        return None
+    return parse_seed(raw, f"{ENV_SHUFFLE} environment variable")
+
+
+def parse_budget(value: Any, source: str) -> float:
+    """Validate a rerun/bisect budget in seconds; ``off`` and 0 mean 0."""
+    text = str(value).strip().lower()
+    if text in ("off", "0", "0.0"):
+        return 0.0
+    try:
+        return parse_seconds(value, "bisect budget", source)
+    except ConfigError:
+        raise ConfigError(INVALID_BUDGET.format(value=value, source=source)) from None
+
+
+def bisect_budget(env: Mapping[str, str] = os.environ) -> float:
+    """Seconds this run may spend rerunning and bisecting failed tests (0: off)."""
+    raw = env.get(ENV_BISECT)
+    if raw is None or not raw.strip():
+        return DEFAULT_BISECT_BUDGET
+    return parse_budget(raw, f"{ENV_BISECT} environment variable")

@@ -55,7 +55,7 @@ def distributed(world_size: int = 2, *, timeout: Optional[float] = None,
             __tracebackhide__ = True  # noqa: F841 - pytest shows the ranks' tracebacks
             if args:
                 raise TypeError(f"{fn.__name__}: @distributed functions take keyword arguments only")
-            _raise(_verdict(cls, fn.__name__, kwargs))
+            _raise(_verdict(cls, fn.__name__, kwargs), fn)
 
         setattr(run_everywhere, CLASS_ATTR, cls)
         return run_everywhere  # type: ignore[return-value]
@@ -68,6 +68,8 @@ def _as_method(fn: Callable, limit: Optional[float]) -> Callable:
         fn(**getattr(self, "call_kwargs", {}))
 
     method.__name__ = method.__qualname__ = fn.__name__
+    if hasattr(fn, "pytestmark"):  # ranks read ct_leaks markers from the method
+        method.pytestmark = fn.pytestmark  # type: ignore[attr-defined]
     if limit is not None:
         setattr(method, config.TIMEOUT_ATTR, limit)
     return method
@@ -106,9 +108,13 @@ def _verdict(cls: type, name: str, kwargs: Dict[str, Any]) -> Verdict:
         return in_place.run_case_in_place(case, launch, test_id)
     from continuous_test import world
 
+    from continuous_test import isolate
+
+    config.leak_policy(cls, getattr(cls, name))  # a bad value fails here, naming its source
     started = world.start_world_for(cls)
     limit = config.test_time_limit(cls, getattr(cls, name))
-    return started.run_test(name, test_id, limit, kwargs=kwargs)
+    verdict = started.run_test(name, test_id, limit, kwargs=kwargs)
+    return isolate.after_test(started, name, test_id, limit, verdict, kwargs)
 
 
 def _check_picklable(test_id: str, kwargs: Dict[str, Any]) -> None:
@@ -122,8 +128,12 @@ def _check_picklable(test_id: str, kwargs: Dict[str, Any]) -> None:
                                                  error=exc)) from None
 
 
-def _raise(verdict: Verdict) -> None:
+def _raise(verdict: Verdict, fn: Optional[Callable] = None) -> None:
     __tracebackhide__ = True  # noqa: F841
+    if verdict.leak_report:
+        from continuous_test.leaks import warn
+
+        warn(verdict, fn)
     if verdict.status == "skip":
         raise unittest.SkipTest(verdict.skip_reason)
     if verdict.status == "fail":

@@ -147,6 +147,8 @@ class RankOutcome:
     # The default process group was destroyed or replaced: the world makes a new one.
     group_changed: bool = False
     requested_exit: Optional[int] = None
+    # What the test left changed in the rank (a leaks.LeakReport), if anything.
+    leaks: Optional[object] = None
 
     def has_failure(self) -> bool:
         """True if the rank reported a failure or error (an expected one included)."""
@@ -331,6 +333,8 @@ class Verdict:
     skip_reason: Optional[str] = None
     subtests: List[Tuple[SubTestId, "Verdict"]] = field(default_factory=list)
     restart_world: bool = False
+    # The merged leak report under the restore policy: the controller warns with it.
+    leak_report: Optional[str] = None
 
     @property
     def failed(self) -> bool:
@@ -374,6 +378,11 @@ def merge(
         verdict = _merge_unit(test, world_size, main, outputs)
     verdict.subtests = subtests
     verdict.restart_world = bool(faults) or verdict.failed
+    leak_reports = {r: o.leaks for r, o in outcomes.items() if o.leaks is not None}
+    if leak_reports:
+        from continuous_test import leaks
+
+        leaks.judge(test, verdict, leak_reports)
     return verdict
 
 

@@ -8,6 +8,12 @@
   per-test time limit, ``--ct-world-size N`` (ini ``ct_world_size``) every world size.
   ``@pytest.mark.world_size(n)`` on a test class or ``@distributed`` function and
   ``@pytest.mark.ct_timeout(seconds)`` on a test override them one at a time.
+* **Isolation.**  ``--ct-leaks restore|fail|off`` (and the ``ct_leaks(policy)`` marker)
+  sets the leak policy, ``--ct-shuffle[=SEED]`` shuffles the order of tests within
+  each class and of classes within each module (the seed is in the header and in
+  every failure report), ``--ct-bisect SECONDS|off`` bounds rerunning and bisecting
+  failed tests.  See :mod:`continuous_test.leaks`, :mod:`continuous_test.shuffle` and
+  :mod:`continuous_test.isolate`.
 * **Module worlds.**  The shared world of a module's ``@distributed`` functions is
   stopped when the last test of that module is done.
 """
@@ -27,10 +33,18 @@ __all__ = [
     "pytest_runtest_protocol",
     "pytest_runtest_makereport",
     "pytest_runtest_teardown",
+    "pytest_report_header",
+    "pytest_sessionstart",
+    "pytest_load_initial_conftests",
+    "pytest_unconfigure",
 ]
 
 TIMEOUT_HELP = "per-test time limit in seconds for distributed tests (overrides CONTINUOUS_TEST_TIMEOUT)"
 WORLD_SIZE_HELP = "world size for every distributed test class and @distributed function"
+LEAKS_HELP = "what a test that leaves process-global state changed gets: restore (default: warn), fail, off"
+SHUFFLE_HELP = "shuffle tests within each class and classes within each module; a seed replays an order"
+SHUFFLE_RANDOM = "random"
+BISECT_HELP = "seconds per run for rerunning and bisecting failed distributed tests, or off (default 120)"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,12 +52,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("continuous_test", "distributed tests (continuous_test)")
     group.addoption("--ct-timeout", dest="ct_timeout", default=None, metavar="SECONDS", help=TIMEOUT_HELP)
     group.addoption("--ct-world-size", dest="ct_world_size", default=None, metavar="N", help=WORLD_SIZE_HELP)
+    group.addoption("--ct-leaks", dest="ct_leaks", default=None, metavar="POLICY", help=LEAKS_HELP)
+    group.addoption("--ct-shuffle", dest="ct_shuffle", default=None, nargs="?", const=SHUFFLE_RANDOM, metavar="SEED",
+                    help=SHUFFLE_HELP)
+    group.addoption("--ct-bisect", dest="ct_bisect", default=None, metavar="SECONDS", help=BISECT_HELP)
     parser.addini("ct_timeout", TIMEOUT_HELP, default=None)
     parser.addini("ct_world_size", WORLD_SIZE_HELP, default=None)
 
 
 _OVERRIDES = pytest.StashKey["Overrides"]()
 _MARKED = pytest.StashKey["Overrides"]()
+_SAVED_ENV = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: List[str]) -> None:
+    """Read a bare ``--ct-shuffle`` as "pick a seed", so it never swallows the next argument (a path)."""
+    args[:] = [f"--ct-shuffle={SHUFFLE_RANDOM}" if arg == "--ct-shuffle" else arg for arg in args]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,16 +77,82 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.addinivalue_line("markers", "world_size(n): run this distributed test class or function with n ranks")
     config.addinivalue_line("markers", "ct_timeout(seconds): per-test time limit of a distributed test")
+    config.addinivalue_line("markers", "ct_leaks(policy): leak policy (restore, fail, off) of a distributed test")
     try:
         timeout, source = _setting(config, "ct_timeout")
         limit = None if timeout is None else ct_config.parse_seconds(timeout, "timeout", source)
         world_size, source = _setting(config, "ct_world_size")
         size = None if world_size is None else ct_config.parse_positive_int(world_size, "world size", source)
+        _configure_isolation(config)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     # Kept on this session's config, never in module globals: a later session in
     # the same process starts clean.
     config.stash[_OVERRIDES] = ct_config.Overrides(time_limit=limit, world_size=size)
+
+
+def _configure_isolation(config: pytest.Config) -> None:
+    """Export --ct-leaks, --ct-bisect and --ct-shuffle to the environment, which ranks and xdist workers inherit.
+
+    The environment is put back at ``pytest_unconfigure``, so that a later session
+    in the same process does not inherit this one's options.
+    """
+    import os
+
+    from continuous_test import config as ct_config
+
+    names = (ct_config.ENV_LEAKS, ct_config.ENV_BISECT, ct_config.ENV_SHUFFLE)
+    config.stash[_SAVED_ENV] = {name: os.environ.get(name) for name in names}
+
+    ct_config.set_cli_leaks(config.getoption("ct_leaks"))
+    budget = config.getoption("ct_bisect")
+    if budget is not None:
+        ct_config.parse_budget(budget, "the --ct-bisect option")
+        os.environ[ct_config.ENV_BISECT] = str(budget)
+    seed = config.getoption("ct_shuffle")
+    if seed == SHUFFLE_RANDOM:
+        from continuous_test.shuffle import random_seed
+
+        # Chosen once, by the controller; xdist workers inherit its environment
+        # and must collect the same order.
+        worker = hasattr(config, "workerinput") and os.environ.get(ct_config.ENV_SHUFFLE)
+        seed = config.option.ct_shuffle = worker or str(random_seed())
+    if seed is not None:
+        os.environ[ct_config.ENV_SHUFFLE] = str(ct_config.parse_seed(seed, "the --ct-shuffle option"))
+    else:
+        ct_config.shuffle_seed()  # a bad CONTINUOUS_TEST_SHUFFLE is a usage error
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Put back the environment ``_configure_isolation`` changed."""
+    import os
+
+    for name, value in config.stash.get(_SAVED_ENV, {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def pytest_report_header(config: pytest.Config) -> Optional[str]:
+    """Say the shuffle seed at the start of the run."""
+    return _seed_line()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Say the shuffle seed even under ``-q``, which hides the header."""
+    line = _seed_line()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if line and reporter is not None and session.config.get_verbosity() < 0:
+        reporter.write_line(line)
+
+
+def _seed_line() -> Optional[str]:
+    from continuous_test import config as ct_config
+    from continuous_test.shuffle import SEED_LINE
+
+    seed = ct_config.shuffle_seed()
+    return None if seed is None else SEED_LINE.format(seed=seed)
 
 
 def _setting(config: pytest.Config, name: str) -> tuple:
@@ -88,9 +179,14 @@ def _test_class(item: pytest.Item) -> Optional[type]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
-    """Check the ``world_size`` and ``ct_timeout`` markers of distributed tests, and keep them per test."""
+    """Shuffle the order if asked; check the markers of distributed tests, and keep them per test."""
     from continuous_test import config as ct_config
 
+    seed = ct_config.shuffle_seed()
+    if seed is not None:
+        from continuous_test.shuffle import shuffle_items
+
+        shuffle_items(items, seed)
     base = config.stash.get(_OVERRIDES, ct_config.Overrides())
     for item in items:
         if _test_class(item) is None:
@@ -133,6 +229,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """Add one section per rank that did not pass, and the failing ranks as a property."""
     outcome = yield
+    if call.excinfo is not None and outcome.get_result().failed:
+        _add_seed_section(outcome.get_result())
     if call.when != "call" or call.excinfo is None:
         return
     ranks = getattr(call.excinfo.value, "ct_ranks", None)
@@ -152,6 +250,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.sections.append(("other ranks", "\n".join(others) + "\n"))
     failing = ",".join(str(r) for r, info in sorted(ranks.items()) if info.status not in ("passed", "skipped", "ended as expected"))
     item.user_properties.append(("failing_ranks", failing))
+
+
+def _add_seed_section(report: pytest.TestReport) -> None:
+    from continuous_test.shuffle import failure_line
+
+    line = failure_line()
+    if line is not None and line not in str(report.longrepr):  # distributed tests carry it as a note
+        report.sections.append(("continuous_test shuffle", line + "\n"))
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) -> None:

@@ -68,6 +68,10 @@ def _run(case, result, produce) -> None:
     except BaseException:  # noqa: B902 - a world that cannot start is this test's error
         result.addError(case, sys.exc_info())
         return
+    if verdict.leak_report:
+        from continuous_test.leaks import warn
+
+        warn(verdict, method)
     apply(case, result, verdict, expecting_failure)
 
 

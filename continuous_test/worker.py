@@ -38,7 +38,7 @@ import torch
 
 from continuous_test import coverage_support
 from continuous_test.launch import RANK_MARKER_ENV
-from continuous_test import protocol
+from continuous_test import config, leaks, protocol
 from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult
 from continuous_test.protocol import (
     DumpStacks,
@@ -420,15 +420,27 @@ def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
     """Run ``case`` for real on this rank and record what unittest saw.
 
     Every test starts from the same RNG seed on every rank, and process groups the
-    test created (other than the default one) are destroyed after it.
+    test created (other than the default one) are destroyed after it.  Unless the
+    test's leak policy is ``off``, process-global state is compared with a snapshot
+    taken before it (:mod:`continuous_test.leaks`), and put back.
     """
     groups = _group_names()
+    policy = _leak_policy(case)
+    before = leaks.take() if policy != "off" else None
     seed_everything(SEED)
     result = RankResult()
     unittest.TestCase.run(case, result)  # the real run, not the dispatching override
+    report = leaks.check(before, policy) if before is not None else None
     _release_subgroups(groups)
     _flush()
-    return RankOutcome(rank, result.events, group_changed=default_group_changed())
+    return RankOutcome(rank, result.events, group_changed=default_group_changed(), leaks=report)
+
+
+def _leak_policy(case: unittest.TestCase) -> str:
+    try:
+        return config.leak_policy(type(case), getattr(case, case._testMethodName, None))
+    except config.ConfigError:  # the controller reports it; the rank keeps the default
+        return config.DEFAULT_LEAK_POLICY
 
 
 def _group_names() -> set:

@@ -1,0 +1,457 @@
+"""State leaks between tests: what a test left changed in its rank process.
+
+How data flows::
+
+    rank (worker.run_case)                          controller (outcome.merge)
+      before = take()                                 one LeakReport per rank
+      run the test, tearDown, cleanups                    │ judge(): same change on several
+      leaks = check(before, policy)   ──RankOutcome──►    │ ranks becomes one line "(ranks 0, 1)"
+        restore what can be restored     .leaks           ▼
+                                                      Verdict: warning text (restore), a failure
+                                                      (fail), restart_world if anything stayed
+
+A snapshot is a handful of cheap reads (most are C calls returning a scalar; the
+environment, ``sys.path``, the warnings filters and the hook dicts are shallow
+copies), compared with ``==`` first; only a difference is described.  What is
+watched is listed in :data:`WATCHED`.  ``sys.modules`` is watched for entries
+replaced or removed, and for added entries that are not modules (a mock, or
+``None`` blocking an import); added modules are not reported: imports are caches
+that torch itself fills lazily (C extensions add modules without an import spec),
+and removing them would break later tests.
+
+Policies (:data:`POLICIES`): ``restore`` puts back what can be put back and reports
+the leak as a warning; ``fail`` also fails the test; ``off`` takes no snapshot.
+What cannot be put back (a live thread, interop threads once parallel work
+started) is reported and the controller restarts the world before the next test.
+
+Side-neutral: the rank takes and checks snapshots, the controller only formats
+and judges (:func:`judge`).  Never imports the controller.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+__all__ = [
+    "Leak",
+    "LeakReport",
+    "LeakError",
+    "LeakWarning",
+    "Snapshot",
+    "POLICIES",
+    "WATCHED",
+    "LEAK_HEADER",
+    "LEAK_LINE",
+    "RESTORED",
+    "NOT_RESTORED",
+    "FAILED_BY_POLICY",
+    "take",
+    "check",
+    "judge",
+    "format_report",
+]
+
+POLICIES = ("restore", "fail", "off")
+WATCHED = (
+    "current directory", "environment variables", "sys.path", "sys.modules (replaced or removed modules, added non-modules)",
+    "sys.stdout and sys.stderr", "warnings filters", "torch default dtype", "torch default device",
+    "grad mode", "torch intra-op threads", "torch inter-op threads", "deterministic algorithms",
+    "float32 matmul precision (TF32)", "cudnn flags", "default process group (object, rank, size)",
+    "process groups the test created", "non-daemon threads the test started",
+    "global module and optimizer hooks",
+)
+
+LEAK_HEADER = "{test} left process-global state changed (leak policy '{policy}'):"
+LEAK_LINE = "  left {item} changed: {before} \u2192 {after} ({ranks})"
+RESTORED = "  put back before the next test"
+NOT_RESTORED = "  could not be put back ({items}): the world is restarted before the next test"
+FAILED_BY_POLICY = "(the test fails because its leak policy is 'fail'; 'restore' would only warn)"
+MAX_VALUE = 120
+# A thread that is just finishing is not a leak: how long to let it end.
+THREAD_GRACE = 0.1
+
+
+class LeakWarning(UserWarning):
+    """A test left process-global state changed; issued by the controller under ``restore``."""
+
+
+class LeakError(AssertionError):
+    """A test left process-global state changed under the ``fail`` policy."""
+
+
+@dataclass(frozen=True)
+class Leak:
+    """One changed item on one rank, described on the rank (values travel as text)."""
+
+    item: str
+    before: str
+    after: str
+    restored: bool
+
+
+@dataclass(frozen=True)
+class LeakReport:
+    """What one rank found after one test; carried by ``RankOutcome.leaks``."""
+
+    policy: str
+    leaks: Tuple[Leak, ...]
+
+
+# -- scalar items: (label, read, write) ----------------------------------------------
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # the test removed the directory it moved into
+        return "(a removed directory)"
+
+
+def _device() -> Any:
+    ctx = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    return None if ctx is None else ctx.device
+
+
+def _deterministic() -> Tuple[bool, bool]:
+    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def _set_deterministic(value: Tuple[bool, bool]) -> None:
+    torch.use_deterministic_algorithms(value[0], warn_only=value[1])
+
+
+_CUDNN = ("enabled", "benchmark", "deterministic", "allow_tf32")
+
+
+def _cudnn() -> Tuple[bool, ...]:
+    flags = torch.backends.cudnn
+    return tuple(getattr(flags, name) for name in _CUDNN)
+
+
+def _set_cudnn(value: Tuple[bool, ...]) -> None:
+    for name, flag in zip(_CUDNN, value):
+        setattr(torch.backends.cudnn, name, flag)
+
+
+_SCALARS: Tuple[Tuple[str, Callable[[], Any], Callable[[Any], Any]], ...] = (
+    ("current directory", _cwd, os.chdir),
+    ("torch default dtype", torch.get_default_dtype, torch.set_default_dtype),
+    ("torch default device", _device, torch.set_default_device),
+    ("grad mode", torch.is_grad_enabled, torch.set_grad_enabled),
+    ("torch intra-op threads", torch.get_num_threads, torch.set_num_threads),
+    ("torch inter-op threads", torch.get_num_interop_threads, torch.set_num_interop_threads),
+    ("deterministic algorithms (enabled, warn_only)", _deterministic, _set_deterministic),
+    ("float32 matmul precision", torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+) + (
+    # Reading them costs a C call each: only where cudnn is present.
+    (("cudnn flags (enabled, benchmark, deterministic, allow_tf32)", _cudnn, _set_cudnn),)
+    if torch.backends.cudnn.is_available() else ()
+)
+
+
+def _hook_dicts() -> Tuple[Tuple[str, dict], ...]:
+    import torch.nn.modules.module as module_mod
+    import torch.optim.optimizer as optim_mod
+
+    found = []
+    for mod, kind in ((module_mod, "module"), (optim_mod, "optimizer")):
+        for name, value in vars(mod).items():
+            if name.startswith("_global_") and isinstance(value, dict):
+                found.append((f"global {kind} hooks ({mod.__name__}.{name})", value))
+    return tuple(found)
+
+
+_HOOKS = _hook_dicts()
+
+
+# -- snapshots -----------------------------------------------------------------------
+
+
+class Snapshot:
+    """Process-global state before a test; taken by the rank, compared after the test."""
+
+    __slots__ = ("scalars", "env", "path", "modules", "streams", "filters", "hooks", "threads", "pg", "groups")
+
+    def __init__(self) -> None:
+        self.scalars = tuple([read() for _, read, _ in _SCALARS])
+        self.env = dict(os.environ._data)  # type: ignore[attr-defined]  # raw copy: no decoding
+        self.path = list(sys.path)
+        self.modules = _modules_copy()
+        self.streams = (sys.stdout, sys.stderr)
+        self.filters = list(warnings.filters)
+        self.hooks = tuple([tuple(d.items()) if d else () for _, d in _HOOKS])
+        self.threads = {t.ident for t in threading.enumerate()}
+        self.pg, self.groups = _groups()
+
+
+# Copying sys.modules (over a thousand entries in a rank) is the largest part of
+# a snapshot.  The copy of the previous test is reused when the check after it
+# found sys.modules equal to it: nothing between two tests replaces a module, and
+# an import adds one, which changes the length.
+_modules_cache: Optional[Dict[str, Any]] = None
+# Set by a check that found sys.modules equal to the cached copy; a snapshot uses it once.
+_modules_verified = False
+
+
+def _modules_copy() -> Dict[str, Any]:
+    global _modules_cache, _modules_verified
+    if not _modules_verified or _modules_cache is None or len(_modules_cache) != len(sys.modules):
+        _modules_cache = dict(sys.modules)
+    _modules_verified = False
+    return _modules_cache
+
+
+def take() -> Snapshot:
+    """Snapshot process-global state; ``worker.run_case`` calls this before each test."""
+    return Snapshot()
+
+
+def _c10d() -> Any:
+    global _C10D
+    if _C10D is None:
+        import torch.distributed as dist
+
+        _C10D = False
+        if dist.is_available():
+            from torch.distributed import distributed_c10d
+
+            _C10D = distributed_c10d
+    return _C10D
+
+
+_C10D: Any = None
+
+
+def _groups() -> Tuple[Optional[Tuple[Any, int, int]], frozenset]:
+    c10d = _c10d()
+    if not c10d:
+        return None, frozenset()
+    world = c10d._world
+    pg = world.default_pg
+    default = None if pg is None else (pg, pg.rank(), pg.size())
+    return default, frozenset(world.pg_names)
+
+
+def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
+    """Compare with ``before``, put back what can be, and report; called after tearDown and cleanups."""
+    found: List[Leak] = []
+    _check_scalars(before, found)
+    _check_env(before.env, found)
+    if sys.path != before.path:
+        found.append(_put_back_list("sys.path", before.path, sys.path))
+    if len(sys.modules) != len(before.modules) or not before.modules.items() <= sys.modules.items():
+        _check_modules(before.modules, found)
+    else:
+        _modules_verified_equal(before.modules)
+    if (sys.stdout, sys.stderr) != before.streams:
+        _check_streams(before.streams, found)
+    if warnings.filters != before.filters:
+        found.append(_put_back_filters(before.filters))
+    _check_hooks(before.hooks, found)
+    _check_threads(before.threads, found)
+    _check_groups(before, found)
+    return LeakReport(policy, tuple(found)) if found else None
+
+
+def _check_scalars(before: Snapshot, found: List[Leak]) -> None:
+    for (label, read, write), old in zip(_SCALARS, before.scalars):
+        new = read()
+        if new != old:
+            found.append(Leak(label, _show(old), _show(new), _attempt(write, old)))
+
+
+def _attempt(write: Callable[[Any], Any], value: Any) -> bool:
+    try:
+        write(value)
+    except Exception:  # e.g. inter-op threads once parallel work started: cannot go back
+        return False
+    return True
+
+
+def _check_env(old: Dict[Any, Any], found: List[Leak]) -> None:
+    new = os.environ._data  # type: ignore[attr-defined]
+    if new == old:
+        return
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) == new.get(key):
+            continue
+        name = os.fsdecode(key)
+        before = "unset" if key not in old else repr(os.fsdecode(old[key]))
+        after = "unset" if key not in new else repr(os.fsdecode(new[key]))
+        if key in old:
+            os.environ[name] = os.fsdecode(old[key])
+        else:
+            del os.environ[name]
+        found.append(Leak(f"environment variable {name}", _cut(before), _cut(after), True))
+
+
+def _put_back_list(item: str, old: list, new: list) -> Leak:
+    added = [p for p in new if p not in old]
+    removed = [p for p in old if p not in new]
+    parts = ([f"added {added!r}"] if added else []) + ([f"removed {removed!r}"] if removed else [])
+    after = f"{len(new)} entries" + (f" ({'; '.join(parts)})" if parts else " (reordered)")
+    new[:] = old
+    return Leak(item, f"{len(old)} entries", _cut(after), True)
+
+
+def _modules_verified_equal(copy: Dict[str, Any]) -> None:
+    global _modules_verified
+    _modules_verified = copy is _modules_cache
+
+
+def _check_modules(old: Dict[str, Any], found: List[Leak]) -> None:
+    new = sys.modules
+    for name in [n for n in old if new.get(n) is not old[n]]:
+        after = "removed" if name not in new else _show(new[name])
+        new[name] = old[name]
+        found.append(Leak(f"sys.modules[{name!r}]", _show(old[name]), after, True))
+    for name in [n for n in new if n not in old and not isinstance(new[n], ModuleType)]:
+        found.append(Leak(f"sys.modules[{name!r}]", "absent", _show(new.pop(name)), True))
+
+
+def _check_streams(old: Tuple[Any, Any], found: List[Leak]) -> None:
+    for name, value in zip(("stdout", "stderr"), old):
+        current = getattr(sys, name)
+        if current is not value:
+            setattr(sys, name, value)
+            found.append(Leak(f"sys.{name}", _show(value), _show(current), True))
+
+
+def _put_back_filters(old: list) -> Leak:
+    new = list(warnings.filters)
+    added = [f for f in new if f not in old]
+    after = f"{len(new)} filters" + (f" (added {_filter_text(added[0])}{' ...' if len(added) > 1 else ''})" if added else "")
+    warnings.filters[:] = old  # type: ignore[index]  # a list at runtime
+    warnings._filters_mutated()  # type: ignore[attr-defined]  # the module's cache key
+    return Leak("warnings filters", f"{len(old)} filters", _cut(after), True)
+
+
+def _filter_text(entry: tuple) -> str:
+    action, _message, category, _module, _lineno = entry
+    return f"{action!r} for {getattr(category, '__name__', category)}"
+
+
+def _check_hooks(old: Tuple[tuple, ...], found: List[Leak]) -> None:
+    for (label, hooks), items in zip(_HOOKS, old):
+        if len(hooks) == len(items) and (not hooks or tuple(hooks.items()) == items):
+            continue
+        after = f"{len(hooks)} hook(s) ({', '.join(_show(h) for h in hooks.values())})" if hooks else "0 hooks"
+        hooks.clear()
+        hooks.update(items)
+        found.append(Leak(label, f"{len(items)} hook(s)", _cut(after), True))
+
+
+def _check_threads(old: set, found: List[Leak]) -> None:
+    for thread in threading.enumerate():
+        if thread.ident in old or thread.daemon:
+            continue
+        thread.join(THREAD_GRACE)
+        if thread.is_alive():
+            found.append(Leak("live non-daemon threads", "none started", f"{thread.name!r} still running", False))
+
+
+def _check_groups(before: Snapshot, found: List[Leak]) -> None:
+    pg, groups = _groups()
+    old = before.pg
+    if (pg is None and old is not None) or (pg is not None and (old is None or pg[0] is not old[0])):
+        restored = True
+        if pg is not None and old is not None:  # replaced: the worker re-initializes its own
+            restored = _destroy_default()
+        found.append(Leak("default process group", _describe_pg(old), _describe_pg(pg), restored))
+    new = [name for _, name in _new_groups(groups, before.groups, pg)]
+    if new:
+        found.append(Leak("process groups the test created", "none", f"{len(new)} not destroyed (group names {', '.join(new)})", True))
+
+
+def _new_groups(groups: frozenset, old: frozenset, default: Optional[tuple]) -> List[Tuple[Any, str]]:
+    skip = default[0] if default is not None else None
+    return [(g, _c10d()._world.pg_names[g]) for g in groups - old if g is not skip]
+
+
+def _destroy_default() -> bool:
+    import torch.distributed as dist
+
+    try:
+        dist.destroy_process_group()
+    except Exception:
+        return False
+    return True
+
+
+def _describe_pg(entry: Optional[Tuple[Any, int, int]]) -> str:
+    if entry is None:
+        return "none (destroyed)"
+    return f"rank {entry[1]} of {entry[2]} (object {id(entry[0]):#x})"
+
+
+def _show(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<unreprable {type(value).__name__}>"
+    return _cut(text)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 3] + "..."
+
+
+# -- controller side: merge and judge -----------------------------------------------
+
+
+def format_report(test: str, reports: Dict[int, LeakReport]) -> str:
+    """The text of a leak report: one line per change, with the ranks that made it."""
+    policy = next(iter(reports.values())).policy
+    by_change: Dict[Leak, List[int]] = {}
+    for rank, report in sorted(reports.items()):
+        for leak in report.leaks:
+            by_change.setdefault(leak, []).append(rank)
+    lines = [LEAK_HEADER.format(test=test, policy=policy)]
+    for leak, ranks in by_change.items():
+        where = ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+        lines.append(LEAK_LINE.format(item=leak.item, before=leak.before, after=leak.after, ranks=where))
+    stuck = sorted({leak.item for leak in by_change if not leak.restored})
+    lines.append(NOT_RESTORED.format(items=", ".join(stuck)) if stuck else RESTORED)
+    return "\n".join(lines)
+
+
+def judge(test: str, verdict: Any, reports: Dict[int, LeakReport]) -> None:
+    """Fold the ranks' leak reports into ``verdict``; ``outcome.merge`` calls this."""
+    if not reports:
+        return
+    text = format_report(test, reports)
+    if any(not leak.restored for report in reports.values() for leak in report.leaks):
+        verdict.restart_world = True
+    if not any(report.policy == "fail" for report in reports.values()):
+        verdict.leak_report = text
+    elif verdict.status == "pass":
+        verdict.status, verdict.error = "fail", LeakError(f"{text}\n{FAILED_BY_POLICY}")
+        verdict.restart_world = True  # as for any failure: the next test starts clean
+    elif verdict.error is not None:
+        verdict.error.add_note(text)
+
+
+def warn(verdict: Any, test_function: Any) -> None:
+    """Issue the restore policy's warning for ``verdict``, located at the test; the controller calls this."""
+    text = getattr(verdict, "leak_report", None)
+    if not text:
+        return
+    code = getattr(getattr(test_function, "__func__", test_function), "__code__", None)
+    filename = code.co_filename if code is not None else "<unknown>"
+    lineno = code.co_firstlineno if code is not None else 0
+    module = getattr(test_function, "__module__", None) or "<unknown>"
+    warnings.warn_explicit(LeakWarning(text), LeakWarning, filename, lineno, module=module,
+                           registry=sys.modules[module].__dict__.setdefault("__warningregistry__", {})
+                           if module in sys.modules else None)
+
+
+def changed_items(reports: Sequence[LeakReport]) -> List[str]:
+    """Labels of every changed item, for tests and summaries."""
+    return sorted({leak.item for report in reports for leak in report.leaks})

@@ -1,0 +1,64 @@
+"""Rerun and bisect, on real worlds: order-dependent, flaky and plain failures are told apart."""
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+
+import helpers
+from continuous_test import config, isolate
+from helpers import describe, unittest_counts
+
+
+def run_order(*args: str, **env: str):
+    with tempfile.TemporaryDirectory() as flaky_dir:
+        return helpers.python("test_order.py", *args, env={"FLAKY_DIR": flaky_dir, **env})
+
+
+def test_failures_are_told_apart_and_still_fail():
+    proc = run_order()
+    # Verdicts stay honest: the three failures are still failures.
+    assert unittest_counts(proc.stderr) == {"ran": 7, "failures": 3}, describe(proc)
+    others = isolate.OTHERS.format(n=3)
+    assert isolate.ORDER_DEPENDENT.format(test="test_e_victim", culprits="test_a_poisons", others=others) in proc.stderr
+    # test_f runs first in the world restarted after test_e failed.
+    assert isolate.FLAKY_FIRST.format(test="test_f_first_run") in proc.stderr, describe(proc)
+    assert isolate.FAILS_ALONE.format(test="test_g_always") in proc.stderr, describe(proc)
+
+
+def test_a_failure_that_does_not_come_back_after_the_same_tests_is_flaky():
+    proc = run_order("-k", "test_b", "-k", "test_c", "-k", "test_f")
+    assert unittest_counts(proc.stderr) == {"ran": 3, "failures": 1}, describe(proc)
+    assert isolate.FLAKY.format(test="test_f_first_run", n=2) in proc.stderr, describe(proc)
+
+
+def test_off_and_budget():
+    proc = run_order("-k", "test_a", "-k", "test_e", **{config.ENV_BISECT: "off"})
+    assert unittest_counts(proc.stderr) == {"ran": 2, "failures": 1}, describe(proc)
+    assert "rerun and bisect" not in proc.stderr
+    proc = run_order("-k", "test_a", "-k", "test_e", **{config.ENV_BISECT: "0.001"})
+    assert isolate.BUDGET_SPENT.format(budget=0.001) in proc.stderr, describe(proc)
+
+
+def test_a_timed_out_test_is_not_rerun():
+    from continuous_test.outcome import RankTimeoutError, Verdict
+
+    class FakeWorld:  # never started: a timed-out test must not reach a fresh world
+        cls, world_size = None, 2
+
+    verdict = Verdict("fail", error=RankTimeoutError("T.test_x exceeded its time limit"), restart_world=True)
+    isolate.after_test(FakeWorld(), "test_x", "T.test_x", 1.0, verdict)
+    assert verdict.error.__notes__ == [isolate.NOT_RERUN]
+
+
+def test_bad_budget_names_its_source():
+    try:
+        config.bisect_budget({config.ENV_BISECT: "soon"})
+    except config.ConfigError as exc:
+        assert "'soon' from CONTINUOUS_TEST_BISECT environment variable" in str(exc)
+    else:
+        raise AssertionError("no ConfigError")
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

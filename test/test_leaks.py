@@ -1,0 +1,200 @@
+"""Units of continuous_test.leaks: every watched item is seen, described and put back.
+
+These run in this process (no world): each changes one item, checks it is
+reported with its value before and after, and that it is as before afterwards.
+The multi-process behaviour is in test_isolation.py.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+import warnings
+
+import pytest
+import torch
+
+from continuous_test import config, leaks
+from continuous_test.outcome import RankOutcome, merge
+
+
+def _check(change, policy="restore"):
+    before = leaks.take()
+    change()
+    report = leaks.check(before, policy)
+    assert report is not None, "the change was not seen"
+    assert leaks.check(leaks.take(), policy) is None
+    return report
+
+
+def test_nothing_changed_reports_nothing():
+    assert leaks.check(leaks.take(), "restore") is None
+
+
+def test_a_module_replaced_after_a_reused_copy_is_still_seen():
+    for _ in range(3):  # the second and third snapshots reuse the first copy of sys.modules
+        assert leaks.check(leaks.take(), "restore") is None
+    json = sys.modules["json"]
+    report = _check(lambda: sys.modules.__setitem__("json", object()))
+    assert report.leaks[0].item == "sys.modules['json']" and sys.modules["json"] is json
+
+
+def test_default_dtype_is_reported_and_put_back():
+    report = _check(lambda: torch.set_default_dtype(torch.float64))
+    assert report.leaks == (leaks.Leak("torch default dtype", "torch.float32", "torch.float64", True),)
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_environment_cwd_and_path_are_put_back(tmp_path):
+    cwd, path = os.getcwd(), list(sys.path)
+
+    def change():
+        os.environ["CT_LEAK_UNIT"] = "x"
+        os.chdir(tmp_path)
+        sys.path.append("/nowhere")
+
+    report = _check(change)
+    items = {leak.item for leak in report.leaks}
+    assert items == {"environment variable CT_LEAK_UNIT", "current directory", "sys.path"}
+    assert "CT_LEAK_UNIT" not in os.environ and os.getcwd() == cwd and sys.path == path
+
+
+@pytest.mark.parametrize("change, item", [
+    (lambda: torch.set_grad_enabled(False), "grad mode"),
+    (lambda: torch.set_num_threads(max(1, torch.get_num_threads() + 1)), "torch intra-op threads"),
+    (lambda: torch.use_deterministic_algorithms(True), "deterministic algorithms (enabled, warn_only)"),
+    (lambda: torch.set_float32_matmul_precision("medium"), "float32 matmul precision"),
+    pytest.param(lambda: setattr(torch.backends.cudnn, "benchmark", not torch.backends.cudnn.benchmark),
+                 "cudnn flags (enabled, benchmark, deterministic, allow_tf32)",
+                 marks=pytest.mark.skipif(not torch.backends.cudnn.is_available(), reason="watched where cudnn is")),
+    (lambda: torch.set_default_device("meta"), "torch default device"),
+    (lambda: warnings.simplefilter("error", DeprecationWarning), "warnings filters"),
+    (lambda: setattr(sys, "stdout", open(os.devnull, "w")), "sys.stdout"),
+    (lambda: sys.modules.__setitem__("json", object()), "sys.modules['json']"),
+    (lambda: sys.modules.__setitem__("ct_fake_module", None), "sys.modules['ct_fake_module']"),
+    (lambda: torch.nn.modules.module.register_module_forward_hook(lambda *a: None),
+     "global module hooks (torch.nn.modules.module._global_forward_hooks)"),
+    (lambda: importlib.import_module("torch.optim.optimizer").register_optimizer_step_pre_hook(lambda *a: None),
+     "global optimizer hooks (torch.optim.optimizer._global_optimizer_pre_hooks)"),
+])
+def test_each_item_is_seen_and_put_back(change, item):
+    stdout = sys.stdout
+    report = _check(change)
+    # Some torch calls change more on their first use (deterministic algorithms set
+    # TORCHINDUCTOR_CACHE_DIR), so the item must be among what is reported.
+    found = {leak.item: leak for leak in report.leaks}
+    assert item in found and found[item].restored
+    assert sys.stdout is stdout
+
+
+def test_a_live_thread_cannot_be_put_back():
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="ct-unit-leak")
+    try:
+        report = _check(thread.start)
+        assert report.leaks == (leaks.Leak("live non-daemon threads", "none started", "'ct-unit-leak' still running", False),)
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_ranks_with_the_same_change_share_a_line():
+    leak = leaks.Leak("torch default dtype", "torch.float32", "torch.float64", True)
+    outcomes = {r: RankOutcome(r, [], leaks=leaks.LeakReport("restore", (leak,))) for r in (0, 1)}
+    verdict = merge("T.test_x", 2, outcomes)
+    assert verdict.status == "pass" and not verdict.restart_world
+    assert "  left torch default dtype changed: torch.float32 \u2192 torch.float64 (ranks 0, 1)" in verdict.leak_report
+    assert leaks.RESTORED in verdict.leak_report
+
+
+def test_fail_policy_fails_and_an_unrestorable_leak_restarts_the_world():
+    leak = leaks.Leak("live non-daemon threads", "none started", "'t' still running", False)
+    outcomes = {0: RankOutcome(0, [], leaks=leaks.LeakReport("fail", (leak,))), 1: RankOutcome(1, [])}
+    verdict = merge("T.test_x", 2, outcomes)
+    assert verdict.status == "fail" and isinstance(verdict.error, leaks.LeakError)
+    assert "(rank 0)" in str(verdict.error) and verdict.restart_world
+
+
+class Marked:
+    pytestmark = [pytest.mark.ct_leaks("fail").mark]
+    leak_policy = "off"
+
+    @pytest.mark.ct_leaks("off")
+    def test_marked(self):
+        pass
+
+    def test_plain(self):
+        pass
+
+
+def test_policy_precedence():
+    assert config.leak_policy(Marked, Marked.test_marked, env={}) == "off"
+    assert config.leak_policy(Marked, Marked.test_plain, env={}) == "fail"
+    assert config.leak_policy(Marked, Marked.test_plain, env={config.ENV_LEAKS: "restore"}) == "restore"
+    assert config.leak_policy(object, None, env={}) == "restore"
+
+
+def test_bad_policy_names_its_source():
+    with pytest.raises(config.ConfigError, match="'sometimes' from CONTINUOUS_TEST_LEAKS environment variable"):
+        config.leak_policy(Marked, None, env={config.ENV_LEAKS: "sometimes"})
+    with pytest.raises(config.ConfigError, match="from Bad.leak_policy"):
+        config.leak_policy(type("Bad", (), {"leak_policy": "never"}), None, env={})
+
+
+# -- scenarios: a leaking test before a sensitive one, in one shared world -------------
+
+import helpers  # noqa: E402
+from helpers import describe, pytest_counts, unittest_counts  # noqa: E402
+
+NO_BISECT = {config.ENV_BISECT: "off"}
+DTYPE_LINE = "  left torch default dtype changed: torch.float32 \u2192 torch.float64 (ranks 0, 1)"
+
+
+def test_restore_policy_warns_and_the_next_test_sees_a_clean_process():
+    proc = helpers.python("test_leaks.py", env=NO_BISECT)
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 4}
+    assert "LeakWarning: LeakTest.test_1_leaks left process-global state changed (leak policy 'restore')" in proc.stderr
+    for line in (DTYPE_LINE, "left environment variable LEAKED_VAR changed: unset \u2192 '1' (ranks 0, 1)",
+                 "left process groups the test created changed", leaks.RESTORED,
+                 "left global module hooks (torch.nn.modules.module._global_forward_hooks) changed"):
+        assert line in proc.stderr, describe(proc)
+
+
+def test_off_policy_lets_the_leak_through():
+    proc = helpers.python("test_leaks.py", env={**NO_BISECT, config.ENV_LEAKS: "off"})
+    assert proc.returncode == 1, describe(proc)
+    assert "FAIL: test_2_sensitive" in proc.stderr and "LeakWarning" not in proc.stderr
+    assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
+
+
+def test_fail_policy_fails_the_leaking_test_only():
+    proc = helpers.python("test_leaks.py", env={**NO_BISECT, config.ENV_LEAKS: "fail"})
+    assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
+    assert "FAIL: test_1_leaks" in proc.stderr and "continuous_test.leaks.LeakError" in proc.stderr
+    assert DTYPE_LINE in proc.stderr and leaks.FAILED_BY_POLICY in proc.stderr
+
+
+def test_a_leaked_thread_restarts_the_world():
+    proc = helpers.python("test_leaks.py", env={**NO_BISECT, "LEAK_THREAD": "1"})
+    assert proc.returncode == 0, describe(proc)
+    assert "left live non-daemon threads changed: none started \u2192 'leaked-spinner' still running (ranks 0, 1)" in proc.stderr
+    assert leaks.NOT_RESTORED.format(items="live non-daemon threads") in proc.stderr
+
+
+def test_pytest_option_and_warning_summary():
+    proc = helpers.pytest("test_leaks.py", "--ct-leaks", "fail", env=NO_BISECT)
+    assert pytest_counts(proc.stdout) == {"failed": 1, "passed": 3}, describe(proc)
+    proc = helpers.pytest("test_leaks.py", env=NO_BISECT)
+    assert pytest_counts(proc.stdout) == {"passed": 4}, describe(proc)
+    assert "LeakWarning" in proc.stdout and DTYPE_LINE in proc.stdout, describe(proc)
+
+
+def test_bad_option_is_a_usage_error():
+    proc = helpers.pytest("test_leaks.py", "--ct-leaks", "sometimes")
+    assert proc.returncode == 4 and "Invalid leak policy 'sometimes' from the --ct-leaks option" in proc.stderr, describe(proc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
