@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Optional, TypeVar, Union
 
 import torch
 
-from continuous_test import config, replay, worker
+from continuous_test import config, replay, timeline, worker
 from continuous_test.case import BAD_WORLD_SIZE, TestCase
 from continuous_test.config import ConfigError
 from continuous_test.outcome import ExpectedExit, Verdict, judge_endings
@@ -217,8 +217,10 @@ class MultiProcessTestCase(TestCase):
         limit = config.test_time_limit(cls, fn)
         endings, faults, outputs = self._fresh.wait(limit, config.grace_period(cls))
         self._fresh.stop()
+        dead = [r for r, e in endings.items() if e.outcome is None and e.exitcode not in (0, None)]
+        records = timeline.lazy(lambda: timeline.for_world(self._test_dir, endings, dead))
         return judge_endings(replay.short_id(self), len(endings), endings, expected, outputs,
-                             check_codes=check_codes, faults=faults, time_limit=limit)
+                             check_codes=check_codes, faults=faults, time_limit=limit, timeline=records)
 
     def _raise_verdict(self, verdict: Verdict) -> None:
         __tracebackhide__ = True  # noqa: F841 - pytest starts the report at the ranks' tracebacks

@@ -37,7 +37,8 @@ from typing import Any, Optional
 import torch
 
 from continuous_test.launch import RANK_MARKER_ENV
-from continuous_test import protocol
+from continuous_test import protocol, recorder
+from continuous_test.timeline import records_path
 from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult
 from continuous_test.protocol import (
     DumpStacks,
@@ -178,6 +179,7 @@ def rank_main(spec: RankSpec, conn, control) -> None:
     _redirect_output(spec.log_file)
     _apply_env(spec)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    recorder.open_ring(records_path(spec.world_dir, spec.rank), spec.rank)
     _CURRENT = RankContext(spec.rank, spec.world_size, int(os.environ["LOCAL_RANK"]), spec)
     channel = _Channel(conn, control)
     threading.Thread(target=channel.watch, args=(spec.cleanup_dirs,), name="continuous_test-listener", daemon=True).start()
@@ -344,6 +346,7 @@ def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
     import torch.distributed as dist
 
     groups = _group_names()
+    recorder.begin_test(case)
     seed_everything(SEED)
     result = RankResult()
     unittest.TestCase.run(case, result)  # the real run, not the dispatching override

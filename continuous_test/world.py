@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from continuous_test import config, protocol, template
+from continuous_test import config, protocol, template, timeline
 from continuous_test.outcome import (
     ErrorRecord,
     FaultKind,
@@ -380,7 +380,8 @@ class World:
             raise
         outputs = {h.rank: h.read_output() for h in self.ranks}
         verdict = merge(test_id, self.world_size, state.outcomes, state.faults, outputs,
-                        grace=self.grace, time_limit=time_limit, note=RESTART_NOTE.format(n=self.world_size))
+                        grace=self.grace, time_limit=time_limit, note=RESTART_NOTE.format(n=self.world_size),
+                        timeline=self._timeline(state.faults))
         self._after_test(state, verdict, outputs)
         return verdict
 
@@ -439,6 +440,12 @@ class World:
         state.dead.add(dead.rank)
         state.pending.discard(dead.rank)
         self._start_grace(state)
+
+    def _timeline(self, faults: Sequence[RankFault]):
+        """Builds the collective timeline from the ranks' records files, when a report needs it."""
+        dead = [f.rank for f in faults if f.kind is FaultKind.DIED]
+        world_dir, ranks = self.dir, range(self.world_size)
+        return timeline.lazy(lambda: timeline.for_world(world_dir, ranks, dead))
 
     def _after_test(self, state: _Wait, verdict: Verdict, outputs: Dict[int, str]) -> None:
         if verdict.restart_world:
