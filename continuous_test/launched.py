@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Dict, List, Optional
 
-from continuous_test import config, replay, worker
+from continuous_test import config, recorder, replay, timeline, worker
 from continuous_test.launch import Launch
 from continuous_test.outcome import FaultKind, RankFault, RankOutcome, Verdict, merge
 
@@ -63,6 +63,8 @@ NEVER_ARRIVED = (
     "(CONTINUOUS_TEST_START_TIMEOUT sets this limit)"
 )
 EXCHANGE_MARGIN = 60.0
+# How long a rank whose time limit expired waits for its peers' records.
+TIMELINE_WAIT = 2.0
 
 
 @dataclass
@@ -98,16 +100,20 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     joined = _join(cls, launch)
     joined.seq += 1
     case.rank = launch.rank
+    recorder.open_ring(None, launch.rank)
     limit = config.test_time_limit(cls, getattr(case, case._testMethodName))
-    with _time_limit(test, limit, launch.rank):
+    with _time_limit(test, limit, launch.rank, lambda: _peers_timeline(joined, test, launch)):
         outcome = worker.run_case(case, launch.rank)
+    outcome.records = recorder.snapshot()
     outcomes, faults = _exchange(joined, outcome, test, launch, limit)
     if faults:
         global _unhealthy
         _unhealthy = True  # a peer hung or died: destroying the group at exit could hang
     if any(o.pg_destroyed for o in outcomes.values()):
         _rejoin(cls, joined, launch)
-    return merge(test, launch.world_size, outcomes, faults, time_limit=limit)
+    records = timeline.lazy(lambda: timeline.build({r: timeline.parse(outcomes[r].records or b"") if r in outcomes
+                                                    else None for r in range(launch.world_size)}))
+    return merge(test, launch.world_size, outcomes, faults, time_limit=limit, timeline=records)
 
 
 def _join(cls, launch: Launch) -> _Joined:
@@ -221,11 +227,43 @@ def _exchange(joined: _Joined, outcome: RankOutcome, test: str, launch: Launch, 
     return outcomes, faults
 
 
+def _peers_timeline(joined: _Joined, test: str, launch: Launch) -> Optional[str]:
+    """The timeline of every rank that can tell, for a rank whose time limit expired.
+
+    Publishes this rank's records in the store, then reads, for a short while,
+    the records of peers whose limit expired too, or the outcomes of those that
+    finished the test.  Runs on the timer thread while the main thread is stuck.
+    """
+    import torch.distributed as dist
+
+    own = recorder.snapshot()
+    if own is None:
+        return None
+    store = dist.PrefixStore(f"continuous_test/{joined.seq}/{test}", joined.store)
+    store.set(f"records/{launch.rank}", own)
+    ranks: Dict[int, Optional[timeline.RankCalls]] = {launch.rank: timeline.parse(own)}
+    pending = set(range(launch.world_size)) - {launch.rank}
+    deadline = time.monotonic() + TIMELINE_WAIT
+    while pending and time.monotonic() < deadline:
+        for rank in sorted(pending):
+            if store.check([f"records/{rank}"]):
+                ranks[rank] = timeline.parse(store.get(f"records/{rank}"))
+            elif store.check([str(rank)]):
+                ranks[rank] = timeline.parse(pickle.loads(store.get(str(rank))).records or b"")
+            else:
+                continue
+            pending.discard(rank)
+        time.sleep(0.05)
+    ranks.update((rank, None) for rank in pending)
+    return timeline.HEADING + "\n" + timeline.build(ranks).text
+
+
 class _time_limit:
     """Context manager: dump stacks and exit this rank if the test outlives ``limit``."""
 
-    def __init__(self, test: str, limit: float, rank: int) -> None:
+    def __init__(self, test: str, limit: float, rank: int, report=None) -> None:
         self.test, self.limit, self.rank = test, limit, rank
+        self.report = report  # more to print when the limit expires: the collective timeline
         self.timer = threading.Timer(limit, self._expired)
         self.timer.daemon = True
 
@@ -243,4 +281,10 @@ class _time_limit:
         print(TIME_LIMIT_EXCEEDED.format(test=self.test, limit=self.limit, rank=self.rank, code=EXIT_TIME_LIMIT),
               file=sys.stderr, flush=True)
         print(worker.format_stacks(), file=sys.stderr, flush=True)
+        try:
+            extra = self.report() if self.report is not None else None
+        except Exception as exc:  # the store may be gone too; the stacks are out already
+            extra = f"(no collective timeline: {exc})"
+        if extra:
+            print(extra, file=sys.stderr, flush=True)
         os._exit(EXIT_TIME_LIMIT)

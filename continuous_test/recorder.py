@@ -194,8 +194,9 @@ def begin_test(case: Any) -> None:
     ring = _ring
     if ring is None:
         return
-    ring.begin()
-    _active = ring if _enabled_for(type(case), getattr(case, "_testMethodName", "")) else None
+    on = _enabled_for(type(case), getattr(case, "_testMethodName", ""))
+    ring.begin(on)
+    _active = ring if on else None
 
 
 def recording() -> bool:
@@ -271,15 +272,15 @@ class _Ring:
         self.files: Dict[str, Optional[bytes]] = {}  # code file -> its name in records, None: skipped
         self.dtypes = _dtype_codes()
         self.skip = _skipped_dirs()
-        tl.HEADER.pack_into(self.mm, 0, tl.MAGIC, capacity, tl.RECORD.size, rank, 0, 0, 0)
+        tl.HEADER.pack_into(self.mm, 0, tl.MAGIC, capacity, tl.RECORD.size, rank, 0, 0, 0, 0)
 
-    def begin(self) -> None:
-        """A new test: numbering restarts, and readers ignore earlier records."""
+    def begin(self, on: bool) -> None:
+        """A new test: numbering restarts, and readers ignore earlier records (all of them if ``on`` is False)."""
         self.test += 1
         self.test_start = self.count
         self.seqs.clear()
         self.groups.clear()
-        tl.HEADER.pack_into(self.mm, 0, tl.MAGIC, self.capacity, tl.RECORD.size, self.rank,
+        tl.HEADER.pack_into(self.mm, 0, tl.MAGIC, self.capacity, tl.RECORD.size, self.rank, int(on),
                             self.count, self.test, self.count)
 
     def start(self, op: _Op, args: tuple, kwargs: dict) -> int:
@@ -345,7 +346,8 @@ class _Ring:
     def snapshot(self) -> bytes:
         """The header and the current test's records (at most the ring's), as :func:`timeline.parse` reads them."""
         n = min(self.count - self.test_start, self.capacity)
-        header = tl.HEADER.pack(tl.MAGIC, max(n, 1), tl.RECORD.size, self.rank, self.count, self.test, self.test_start)
+        header = tl.HEADER.pack(tl.MAGIC, max(n, 1), tl.RECORD.size, self.rank, 1, self.count, self.test,
+                                self.test_start)
         records = []
         for index in range(self.count - n, self.count):
             offset = tl.HEADER.size + (index % self.capacity) * tl.RECORD.size

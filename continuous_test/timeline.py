@@ -51,10 +51,10 @@ __all__ = [
 ]
 
 MAGIC = b"CTREC001"
-# magic, capacity, record size, rank, records written so far, current test number,
-# records written before the current test began
-HEADER = struct.Struct("<8sIIi4xQI4xQ")
-COUNT_OFFSET = struct.calcsize("<8sIIi4x")
+# magic, capacity, record size, rank, recording on in this test (0/1), records written
+# so far, current test number, records written before the current test began
+HEADER = struct.Struct("<8sIIiIQI4xQ")
+COUNT_OFFSET = struct.calcsize("<8sIIiI")
 TEST_OFFSET = COUNT_OFFSET + 8
 TEST_START_OFFSET = TEST_OFFSET + 8
 MAX_DIMS = 6
@@ -175,8 +175,8 @@ def parse(data: bytes) -> Optional[RankCalls]:
     """Decode a records file (or a snapshot of one): the current test's calls, oldest first."""
     if len(data) < HEADER.size:
         return None
-    magic, capacity, size, rank, count, test, test_start = HEADER.unpack_from(data, 0)
-    if magic != MAGIC or size != RECORD.size or len(data) < HEADER.size + capacity * size:
+    magic, capacity, size, rank, on, count, test, test_start = HEADER.unpack_from(data, 0)
+    if magic != MAGIC or size != RECORD.size or len(data) < HEADER.size + capacity * size or not on:
         return None
     calls = []
     for slot in range(capacity):
