@@ -30,6 +30,7 @@ import functools
 import inspect
 import mmap
 import os
+import struct
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -67,6 +68,7 @@ class _Op:
     group: Optional[Tuple[int, str]] = None
     peer: Optional[Tuple[int, str]] = None
     objects: Optional[Tuple[int, str]] = None
+    simple: bool = False  # one tensor argument and nothing to count: the fast path
 
 
 # function name -> (flags, the tensor argument, the peer argument, the object list argument)
@@ -98,7 +100,10 @@ _TABLE: Dict[str, Tuple[int, Optional[str], Optional[str], Optional[str]]] = {
     "all_reduce_coalesced": (tl.FLAG_LIST, "tensors", None, None),
     "all_gather_coalesced": (tl.FLAG_LIST, "input_tensor_list", None, None),
 }
-_ZEROS = (0,) * tl.MAX_DIMS
+# The record layout for a tensor of each rank (0 to MAX_DIMS): the unused dims are
+# written as pad bytes (zeros), so no tuple is built per call.
+_BY_NDIM = tuple(struct.Struct(tl.RECORD.format.replace(f"{tl.MAX_DIMS}q", f"{n}q{8 * (tl.MAX_DIMS - n)}x"))
+                 for n in range(tl.MAX_DIMS + 1))
 _DEFAULT = object()  # key of the default group's counters
 
 # The ring calls record into, or None: not recording (controller, template, off).
@@ -133,6 +138,18 @@ def patch() -> None:
         setattr(dist, name, _wrap(fn, op))
 
 
+def _restore() -> None:
+    """Undo :func:`patch` and close the ring; unit tests call this to leave their process as it was."""
+    global _ring, _active
+    import torch.distributed as dist
+
+    for name, fn in _originals.items():
+        setattr(dist, name, fn)
+    _originals.clear()
+    _enabled_cache.clear()
+    _ring = _active = None
+
+
 def _op_for(fn: Callable, code: int, flags: int, tensor: Optional[str], peer: Optional[str],
             objects: Optional[str]) -> _Op:
     try:
@@ -143,7 +160,9 @@ def _op_for(fn: Callable, code: int, flags: int, tensor: Optional[str], peer: Op
     def where(name: Optional[str]) -> Optional[Tuple[int, str]]:
         return (params.index(name), name) if name in params else None
 
-    return _Op(code, flags, where(tensor), where("group"), where(peer), where(objects))
+    found = where(tensor)
+    simple = found is not None and not flags & (tl.FLAG_LIST | tl.FLAG_OBJECTS) and objects is None
+    return _Op(code, flags, found, where("group"), where(peer), where(objects), simple)
 
 
 def _wrap(fn: Callable, op: _Op) -> Callable:
@@ -155,13 +174,16 @@ def _wrap(fn: Callable, op: _Op) -> Callable:
         ring = _active
         if ring is None or compiling():
             return fn(*args, **kwargs)
-        slot = ring.start(op, args, kwargs)
+        try:
+            status = ring.record(op, args, kwargs)
+        except Exception:  # a record is never worth failing the user's call for
+            return fn(*args, **kwargs)
         try:
             result = fn(*args, **kwargs)
         except BaseException:
-            ring.finish(slot, tl.STATUS_RAISED)
+            ring.mm[status] = tl.STATUS_RAISED
             raise
-        ring.finish(slot, tl.STATUS_RETURNED)
+        ring.mm[status] = tl.STATUS_RETURNED
         return result
 
     return recorded
@@ -264,6 +286,7 @@ class _Ring:
         else:
             self.mm = mmap.mmap(-1, size)
         self.rank, self.capacity = rank, capacity
+        self.records, self.size = tl.HEADER.size, tl.RECORD.size  # where records start, and each one's size
         self.count = 0  # records written so far, by this process's life
         self.test = 0  # tests begun so far
         self.test_start = 0  # self.count when the current test began
@@ -283,65 +306,54 @@ class _Ring:
         tl.HEADER.pack_into(self.mm, 0, tl.MAGIC, self.capacity, tl.RECORD.size, self.rank, int(on),
                             self.count, self.test, self.count)
 
-    def start(self, op: _Op, args: tuple, kwargs: dict) -> int:
-        """Write the record of a call about to be made; its offset, or -1 if it could not be written."""
-        try:
-            return self._write(op, args, kwargs)
-        except Exception:  # a record is never worth failing the user's call for
-            return -1
+    def record(self, op: _Op, args: tuple, kwargs: dict) -> int:
+        """Write the record of a call about to be made; the offset of its status byte.
 
-    def finish(self, offset: int, status: int) -> None:
-        """Mark a recorded call as returned or raised."""
-        if offset >= 0:
-            self.mm[offset + tl.STATUS_OFFSET] = status
-
-    def _write(self, op: _Op, args: tuple, kwargs: dict) -> int:
-        group = _arg(op.group, args, kwargs)
+        The hot path of every collective: one function, no helper calls for the
+        common single-tensor case.
+        """
+        n = len(args)
+        group = args[op.group[0]] if op.group is not None and op.group[0] < n else kwargs.get("group")
         info = self.groups.get(group)
         if info is None:
             info = self.groups[group] = _group_info(group)
-        key = (info[0], op.flags & tl.FLAG_P2P)
+        key = info[op.flags & tl.FLAG_P2P]
         seq = self.seqs[key] = self.seqs.get(key, 0) + 1
-        dtype, ndim, dims, count = self._tensor(op, args, kwargs)
-        peer = _arg(op.peer, args, kwargs) if op.peer else None
-        file, line = self._caller()
-        index = self.count
-        offset = tl.HEADER.size + (index % self.capacity) * tl.RECORD.size
-        tl.RECORD.pack_into(self.mm, offset, index, self.test, seq, op.code, op.flags, tl.STATUS_WAITING,
-                            dtype, ndim, count, peer if isinstance(peer, int) else -1, line, *dims, info[1], file)
-        self.count = index + 1
-        self.mm[tl.COUNT_OFFSET:tl.COUNT_OFFSET + 8] = self.count.to_bytes(8, "little")
-        return offset
-
-    def _tensor(self, op: _Op, args: tuple, kwargs: dict) -> Tuple[int, int, tuple, int]:
         count = -1
-        if op.objects is not None:
-            objects = _arg(op.objects, args, kwargs)
-            count = len(objects) if objects is not None else -1
-        elif op.flags & tl.FLAG_OBJECTS:
-            count = 1
-        tensor = _arg(op.tensor, args, kwargs) if op.tensor else None
-        if op.flags & tl.FLAG_LIST and isinstance(tensor, (list, tuple)):
-            count = len(tensor)
-            tensor = tensor[0] if tensor else None
-        shape = getattr(tensor, "shape", None)
-        if shape is None:
-            return 0, -1, _ZEROS, count
-        ndim = len(shape)
-        dims = tuple(shape[:tl.MAX_DIMS]) + _ZEROS[ndim:]
-        return self.dtypes.get(tensor.dtype, 0), ndim, dims, count
-
-    def _caller(self) -> Tuple[bytes, int]:
-        frame = sys._getframe(4)  # _caller <- _write <- start <- recorded <- the caller
+        if op.simple:
+            tensor = args[op.tensor[0]] if op.tensor[0] < n else kwargs.get(op.tensor[1])  # type: ignore[index]
+        else:
+            tensor, count = _tensor_and_count(op, args, kwargs)
+        try:
+            shape, ndim, dtype = tensor.shape, tensor.dim(), self.dtypes.get(tensor.dtype, 0)
+        except AttributeError:  # no tensor: a barrier, objects
+            shape, ndim, dtype = (), -1, 0
+        if ndim > tl.MAX_DIMS:
+            shape = tuple(shape)[:tl.MAX_DIMS]
+        peer = -1
+        if op.peer is not None:
+            peer = args[op.peer[0]] if op.peer[0] < n else kwargs.get(op.peer[1], -1)
+        frame, files, line = sys._getframe(2), self.files, 0  # record <- recorded <- the caller
+        file: Optional[bytes] = b"?"
         while frame is not None:
-            filename = frame.f_code.co_filename
-            name = self.files.get(filename, b"")
-            if name == b"":
-                name = self.files[filename] = None if filename.startswith(self.skip) else os.path.basename(filename).encode()
-            if name is not None:
-                return name, frame.f_lineno or 0
+            file = files.get(frame.f_code.co_filename, b"")
+            if file == b"":
+                file = files[frame.f_code.co_filename] = self._name(frame.f_code.co_filename)
+            if file is not None:
+                line = frame.f_lineno or 0
+                break
             frame = frame.f_back
-        return b"?", 0
+        index = self.count
+        offset = self.records + (index % self.capacity) * self.size
+        _BY_NDIM[max(ndim, 0)].pack_into(self.mm, offset, index, self.test, seq, op.code, op.flags,
+                                          tl.STATUS_WAITING, dtype, ndim, count,
+                                          peer if type(peer) is int else -1, line, *shape, info[2], file or b"?")
+        self.count = index + 1  # the header's count is left stale: readers count the records themselves
+        return offset + tl.STATUS_OFFSET
+
+    def _name(self, filename: str) -> Optional[bytes]:
+        """How a code file appears in records; None for torch's and this package's files."""
+        return None if filename.startswith(self.skip) else os.path.basename(filename).encode()[:64]
 
     def snapshot(self) -> bytes:
         """The header and the current test's records (at most the ring's), as :func:`timeline.parse` reads them."""
@@ -355,6 +367,21 @@ class _Ring:
         return header + (b"".join(records) if records else bytes(tl.RECORD.size))
 
 
+def _tensor_and_count(op: _Op, args: tuple, kwargs: dict) -> Tuple[Any, int]:
+    """The tensor a record describes and the count of tensors or objects, for list and object calls."""
+    count = -1
+    if op.objects is not None:
+        objects = _arg(op.objects, args, kwargs)
+        count = len(objects) if objects is not None else -1
+    elif op.flags & tl.FLAG_OBJECTS:
+        count = 1
+    tensor = _arg(op.tensor, args, kwargs)
+    if op.flags & tl.FLAG_LIST and isinstance(tensor, (list, tuple)):
+        count = len(tensor)
+        tensor = tensor[0] if tensor else None
+    return tensor, count
+
+
 def _arg(where: Optional[Tuple[int, str]], args: tuple, kwargs: dict) -> Any:
     if where is None:
         return None
@@ -362,20 +389,20 @@ def _arg(where: Optional[Tuple[int, str]], args: tuple, kwargs: dict) -> Any:
     return args[position] if position < len(args) else kwargs.get(name)
 
 
-def _group_info(group: Any) -> Tuple[Any, bytes]:
-    """(counter key, label) of a process group: the default one is unlabelled."""
+def _group_info(group: Any) -> Tuple[Any, Any, bytes]:
+    """(collective counter key, point-to-point counter key, label) of a group; the default one is unlabelled."""
     from torch.distributed import distributed_c10d as c10d
 
     if group is None or group is getattr(c10d.GroupMember, "WORLD", None):
-        return _DEFAULT, b""
+        return _DEFAULT, (_DEFAULT, "p2p"), b""
     desc = getattr(group, "group_desc", "") or ""
     if desc and desc != "undefined" and not desc.startswith("default"):
-        return group, desc.encode()[:40]
+        return group, (group, "p2p"), desc.encode()[:40]
     try:
-        ranks = c10d.get_process_group_ranks(group)
+        label = ("ranks " + ",".join(map(str, c10d.get_process_group_ranks(group)))).encode()[:40]
     except Exception:
-        return group, b"a subgroup"
-    return group, ("ranks " + ",".join(map(str, ranks))).encode()[:40]
+        label = b"a subgroup"
+    return group, (group, "p2p"), label
 
 
 def _dtype_codes() -> Dict[Any, int]:

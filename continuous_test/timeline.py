@@ -52,7 +52,8 @@ __all__ = [
 
 MAGIC = b"CTREC001"
 # magic, capacity, record size, rank, recording on in this test (0/1), records written
-# so far, current test number, records written before the current test began
+# so far (when the test began: a reader counts the records, which carry their index),
+# current test number, records written before the current test began
 HEADER = struct.Struct("<8sIIiIQI4xQ")
 COUNT_OFFSET = struct.calcsize("<8sIIiI")
 TEST_OFFSET = COUNT_OFFSET + 8
@@ -178,13 +179,12 @@ def parse(data: bytes) -> Optional[RankCalls]:
     magic, capacity, size, rank, on, count, test, test_start = HEADER.unpack_from(data, 0)
     if magic != MAGIC or size != RECORD.size or len(data) < HEADER.size + capacity * size or not on:
         return None
-    calls = []
-    for slot in range(capacity):
-        fields = RECORD.unpack_from(data, HEADER.size + slot * size)
-        # A record whose index is outside the ring's window was overwritten or is
-        # being written; one of another test is not this test's.
-        if fields[1] == test and count - capacity <= fields[0] < count and fields[5]:
-            calls.append(_call(fields))
+    slots = [RECORD.unpack_from(data, HEADER.size + slot * size) for slot in range(capacity)]
+    count = max([count] + [fields[0] + 1 for fields in slots if fields[5]])
+    # A record of another test is not this test's; one whose index is outside the
+    # ring's window is stale.
+    calls = [_call(fields) for fields in slots if fields[1] == test and count - capacity <= fields[0] < count
+             and fields[5]]
     calls.sort(key=lambda c: c.index)
     dropped = max(0, count - capacity - test_start)
     return RankCalls(rank, test, tuple(calls), dropped)
