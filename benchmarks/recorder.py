@@ -15,7 +15,9 @@ other work on a shared machine does not inflate) and of wall time:
 * ``wrapper only``: the same wrapper around a function that does nothing, beside
   that function called directly: the recorder's cost without gloo's noise;
 * ``test off``: the wrapper in a test where recording is turned off;
-* ``begin_test``: what marking a test's start costs (once per test).
+* ``begin_test``: what marking a test's start costs (once per test);
+* ``open ring``: creating, sizing and mapping a rank's records file (once per rank
+  start, in blocks of N/100).
 
 The raw block timings go to the JSON file (default
 ``benchmarks/results/recorder.json``).  The target: at most 5 us per call.
@@ -107,7 +109,11 @@ def measure(calls: int, repeat: int) -> Dict[str, List[float]]:
     off = alternate({"wrapper only, test off": lambda: wrapped_noop(t)}, calls, repeat)
     case = _Case()
     begin = alternate({"begin_test": lambda: recorder.begin_test(case)}, calls, repeat)
-    return {**on, **off, **begin}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "rank.records")
+        start = alternate({"open ring": lambda: recorder._Ring(path, 0, recorder.DEFAULT_CAPACITY)},
+                          max(calls // 100, 1), repeat)
+    return {**on, **off, **begin, **start}
 
 
 def report(results: Dict[str, List[float]], args: argparse.Namespace) -> None:
@@ -127,7 +133,8 @@ def report(results: Dict[str, List[float]], args: argparse.Namespace) -> None:
     off_wrapper = medians["wrapper only, test off"] - medians["no-op function"]
     print(f"CPU time: recorder cost per all_reduce: {on_real:.2f} us; wrapper alone: {on_wrapper:.2f} us "
           f"({'met' if on_wrapper <= TARGET_US else 'MISSED'}: target {TARGET_US:g} us); "
-          f"with the test's recording off: {off_wrapper:.2f} us; begin_test: {medians['begin_test']:.2f} us per test")
+          f"with the test's recording off: {off_wrapper:.2f} us; begin_test: {medians['begin_test']:.2f} us per test; "
+          f"open ring: {medians['open ring']:.1f} us per rank start")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"calls": args.calls, "repeat": args.repeat, "cpus": os.cpu_count(),
                                      "torch": torch.__version__, "blocks": results, "medians": medians}, indent=1))

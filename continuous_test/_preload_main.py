@@ -24,8 +24,4 @@ def _preload(path: str) -> None:
 
 
 if os.environ.get(ENV_PRELOAD_MAIN):
-    # Names the test file imports from torch.distributed must be the recording wrappers.
-    from continuous_test import recorder
-
-    recorder.patch()
     _preload(os.environ[ENV_PRELOAD_MAIN])

@@ -44,7 +44,8 @@ def start_method() -> str:
 
 def preload_modules() -> List[str]:
     """Modules the template imports before forking any rank."""
-    modules = ["torch", "torch.distributed", "numpy", "continuous_test.case", "continuous_test.worker"]
+    modules = ["torch", "torch.distributed", "numpy", "continuous_test.case", "continuous_test.worker",
+               "continuous_test._preload_recorder"]
     main = sys.modules.get("__main__")
     if getattr(main, "__file__", None) and getattr(main, "__spec__", None) is None:
         # A test file run as a script: the template imports it too.

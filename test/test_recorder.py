@@ -110,20 +110,5 @@ def test_marker_and_class_attribute_turn_a_test_off():
     assert recorder._decide(Marked, "test_x") is False
 
 
-def test_timeline_groups_ranks_and_finds_the_first_divergence():
-    def call(seq, op, status=tl.STATUS_WAITING, shape=(8,)):
-        return tl.Call(seq, seq, op, 0, status, "float32", shape, -1, -1, "", "test_x.py", 40 + seq)
-
-    done = tl.STATUS_RETURNED
-    same = (call(1, "barrier", done),)
-    ranks = {r: tl.RankCalls(r, 1, same + (call(2, "all_reduce"),)) for r in (0, 2, 3)}
-    ranks[1] = tl.RankCalls(1, 1, same + (call(2, "broadcast"),))
-    assert tl.build(ranks).text == (
-        "ranks 0,2,3: all_reduce #2 [float32(8)] at test_x.py:42 (waiting)\n"
-        "rank 1:      broadcast #2 [float32(8)] at test_x.py:42 (waiting)\n"
-        "first divergence at #2")
-    skipped = {0: tl.RankCalls(0, 1, same + (call(2, "barrier"),)), 1: tl.RankCalls(1, 1, same)}
-    built = tl.build(skipped)
-    assert built.divergent and "  rank 1: no call #2" in built.text
-    alike = {r: tl.RankCalls(r, 1, same) for r in (0, 1)}
-    assert not tl.build(alike).divergent
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

@@ -9,7 +9,50 @@ import helpers
 from helpers import describe, unittest_counts
 from test_faults import section
 
+from continuous_test import timeline as tl
+from continuous_test.outcome import ErrorRecord, Event, EventKind, FaultKind, RankFault, RankOutcome, merge
 from continuous_test.timeline import DIVERGENCE, HEADING, MISMATCH
+
+
+def _outcome(rank: int, failed: bool) -> RankOutcome:
+    if not failed:
+        return RankOutcome(rank, [Event(EventKind.SUCCESS)])
+    error = ErrorRecord("builtins", "AssertionError", "boom", "Traceback: boom", True)
+    return RankOutcome(rank, [Event(EventKind.FAILURE, errors=(error,))])
+
+
+def _timeline(divergent: bool, calls: list):
+    def build():
+        calls.append(1)
+        return tl.Timeline("rank 0: barrier #1 at t.py:1 (waiting)", divergent)
+    return build
+
+
+def test_merge_never_builds_a_timeline_for_a_pass():
+    calls: list = []
+    verdict = merge("T.test", 2, {0: _outcome(0, False), 1: _outcome(1, False)}, timeline=_timeline(True, calls))
+    assert verdict.status == "pass" and not calls
+
+
+@pytest.mark.parametrize("failed, divergent, shown", [
+    ((0,), False, True),  # a failure on some ranks: always
+    ((0, 1), False, False),  # the same failure everywhere, calls alike: not
+    ((0, 1), True, True),  # everywhere, but the calls differ: yes
+])
+def test_merge_shows_the_timeline_where_it_helps(failed, divergent, shown):
+    outcomes = {r: _outcome(r, r in failed) for r in (0, 1)}
+    error = merge("T.test", 2, outcomes, timeline=_timeline(divergent, [])).error
+    assert (HEADING in str(error)) is shown
+    assert (getattr(error, "ct_timeline", None) is not None) is shown
+
+
+def test_merge_shows_the_timeline_with_a_fault():
+    faults = [RankFault(1, FaultKind.DIED, exitcode=-9)]
+    error = merge("T.test", 2, {0: _outcome(0, True)}, faults, timeline=_timeline(False, [])).error
+    assert f"{HEADING}\n    rank 0: barrier #1 at t.py:1 (waiting)" in str(error)
+    assert error.ct_timeline == "rank 0: barrier #1 at t.py:1 (waiting)"
+
+
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +164,26 @@ def test_torchrun_time_limit_report_gathers_every_rank():
     assert re.search(r"rank 0: all_reduce #1 \[float32\(8\)\] at test_timeline_launched.py:\d+ \(waiting\)\n"
                      r"rank 1: broadcast #1 \[float32\(8\)\] at test_timeline_launched.py:\d+ \(waiting\)\n"
                      r"first divergence at #1", proc.stderr), describe(proc)
+
+
+def test_timeline_groups_ranks_and_finds_the_first_divergence():
+    def call(seq, op, status=tl.STATUS_WAITING, shape=(8,)):
+        return tl.Call(seq, seq, op, 0, status, "float32", shape, -1, -1, "", "test_x.py", 40 + seq)
+
+    done = tl.STATUS_RETURNED
+    same = (call(1, "barrier", done),)
+    ranks = {r: tl.RankCalls(r, 1, same + (call(2, "all_reduce"),)) for r in (0, 2, 3)}
+    ranks[1] = tl.RankCalls(1, 1, same + (call(2, "broadcast"),))
+    assert tl.build(ranks).text == (
+        "ranks 0,2,3: all_reduce #2 [float32(8)] at test_x.py:42 (waiting)\n"
+        "rank 1:      broadcast #2 [float32(8)] at test_x.py:42 (waiting)\n"
+        "first divergence at #2")
+    skipped = {0: tl.RankCalls(0, 1, same + (call(2, "barrier"),)), 1: tl.RankCalls(1, 1, same)}
+    built = tl.build(skipped)
+    assert built.divergent and "  rank 1: no call #2" in built.text
+    alike = {r: tl.RankCalls(r, 1, same) for r in (0, 1)}
+    assert not tl.build(alike).divergent
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

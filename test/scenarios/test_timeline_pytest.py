@@ -54,3 +54,7 @@ class OffByAttribute(MultiProcContinuousTest):
             dist.all_reduce(torch.ones(4))
         else:
             dist.barrier()
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
