@@ -25,7 +25,7 @@ def run_example() -> str:
     """pytest's output for the example file (it fails on purpose)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUOUS_TEST_")}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--tb=line", "-rN",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--tb=short", "-rN",
                            "timeline_example.py"], cwd=HERE, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=300)
     return proc.stdout

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -183,6 +184,18 @@ def test_timeline_groups_ranks_and_finds_the_first_divergence():
     assert built.divergent and "  rank 1: no call #2" in built.text
     alike = {r: tl.RankCalls(r, 1, same) for r in (0, 1)}
     assert not tl.build(alike).divergent
+
+
+def test_docs_page_shows_a_current_capture():
+    sys.path.insert(0, str(helpers.ROOT / "docs"))
+    try:
+        import capture_timeline
+    finally:
+        sys.path.pop(0)
+    output = capture_timeline.run_example()
+    page = (helpers.ROOT / "docs" / "timeline.rst").read_text()
+    assert capture_timeline._indent(capture_timeline.excerpt(output, "TrainStepTest.test_step")) in page, output
+    assert MISMATCH.format(seq=1, group="", op="all_reduce") in capture_timeline.excerpt(output, "TrainStepTest.test_shapes")
 
 
 if __name__ == "__main__":
