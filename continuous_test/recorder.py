@@ -33,6 +33,7 @@ import os
 import struct
 import sys
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from continuous_test import timeline as tl
@@ -291,7 +292,8 @@ class _Ring:
         self.test = 0  # tests begun so far
         self.test_start = 0  # self.count when the current test began
         self.seqs: Dict[Any, int] = {}  # calls of the current test per (group, p2p) key
-        self.groups: Dict[Any, Tuple[Any, bytes]] = {}  # group object -> (counter key, label), this test
+        # group object -> (collective counter key, point-to-point counter key, label), this test
+        self.groups: Dict[Any, Tuple[Any, Any, bytes]] = {}
         self.files: Dict[str, Optional[bytes]] = {}  # code file -> its name in records, None: skipped
         self.dtypes = _dtype_codes()
         self.skip = _skipped_dirs()
@@ -320,6 +322,7 @@ class _Ring:
         key = info[op.flags & tl.FLAG_P2P]
         seq = self.seqs[key] = self.seqs.get(key, 0) + 1
         count = -1
+        tensor: Any
         if op.simple:
             tensor = args[op.tensor[0]] if op.tensor[0] < n else kwargs.get(op.tensor[1])  # type: ignore[index]
         else:
@@ -333,7 +336,8 @@ class _Ring:
         peer = -1
         if op.peer is not None:
             peer = args[op.peer[0]] if op.peer[0] < n else kwargs.get(op.peer[1], -1)
-        frame, files, line = sys._getframe(2), self.files, 0  # record <- recorded <- the caller
+        frame: Optional[FrameType] = sys._getframe(2)  # record <- recorded <- the caller
+        files, line = self.files, 0
         file: Optional[bytes] = b"?"
         while frame is not None:
             file = files.get(frame.f_code.co_filename, b"")

@@ -306,8 +306,7 @@ def _where(call: Optional[Call]) -> str:
     return f"{call.op}{' ' + sig if sig else ''} at {call.file}:{call.line}"
 
 
-def for_world(world_dir: Optional[str], ranks: Iterable[int], dead: Iterable[int] = (),
-              test: Optional[int] = None) -> Optional[Timeline]:
+def for_world(world_dir: Optional[str], ranks: Iterable[int], dead: Iterable[int] = ()) -> Optional[Timeline]:
     """Read every rank's records file in ``world_dir`` and build the timeline; the controller calls this on failure."""
     if not world_dir:
         return None
