@@ -45,6 +45,16 @@ def test_records_what_was_called_where_and_that_it_returned(ring):
     assert barrier.describe().startswith("barrier #3 at test_recorder.py:")
 
 
+def test_subgroups_are_named_by_their_ranks_and_numbered_apart(ring):
+    recorder.begin_test(Case())
+    sub = dist.new_group([0])
+    dist.all_reduce(torch.ones(1), group=sub)
+    dist.all_reduce(torch.ones(1))
+    on_sub, on_default = tl.read_file(ring).calls
+    assert on_sub.name() == "all_reduce #1 on ranks 0"
+    assert on_default.name() == "all_reduce #1"
+
+
 def test_exceptions_pass_through_unchanged_and_are_marked(ring):
     recorder.begin_test(Case())
     bad = torch.ones(2)
