@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from continuous_test import config, replay, worker
+from continuous_test import config, recorder, replay, timeline, worker
 from continuous_test.launch import Launch
 from continuous_test.outcome import FaultKind, RankFault, RankOutcome, Verdict, merge
 
@@ -109,6 +109,8 @@ FRESH_FAILED = (
 )
 FRESH_NO_VERDICT = "launcher rank 0 published no verdict for {test} within {seconds:g} s"
 EXCHANGE_MARGIN = 60.0
+# How long a rank whose time limit expired waits for its peers' collective records.
+TIMELINE_WAIT = 2.0
 BACKSTOP_MARGIN = 5.0
 STORE_PREFIX = "continuous_test"
 
@@ -158,11 +160,15 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     setattr(case, "rank", launch.rank)
     limit = config.test_time_limit(cls, getattr(case, case._testMethodName))
     key = _test_key(joined, test)
+    recorder.open_ring(None, launch.rank)
     with _time_limit(launch, key, test, limit, config.grace_period(cls), config.shutdown_timeout(cls)):
         outcome = worker.run_case(case, launch.rank)
+    outcome.records = recorder.snapshot()
     outcomes, faults = _exchange(joined, key, outcome, launch, limit)
+    records = timeline.lazy(lambda: timeline.build({r: timeline.parse(getattr(outcomes.get(r), "records", None) or b"")
+                                                    if r in outcomes else None for r in range(launch.world_size)}))
     verdict = merge(test, launch.world_size, outcomes, faults, time_limit=limit,
-                    note=STOPPED_NOTE if faults else None)
+                    note=STOPPED_NOTE if faults else None, timeline=records)
     _after_test(cls, joined, launch, test, verdict, faults)
     return verdict
 
@@ -522,8 +528,13 @@ class _time_limit:
 
             run = self._own_client()
             store = dist.PrefixStore(self.key, run)
+            own = recorder.snapshot()
+            if own is not None:  # before the fault, which tells peers to stop waiting
+                store.set(f"records/{rank}", own)  # type: ignore[arg-type]
             store.set(str(rank), pickle.dumps(RankFault(rank, FaultKind.TIMED_OUT, stacks=stacks)))  # type: ignore[arg-type]
             _print_peer_errors(store, self.launch, self.test, self.grace)
+            if own is not None:
+                print(_peers_timeline(store, self.launch, own), file=sys.stderr, flush=True)
             if rank != 0:  # give rank 0 the time to print its report, which holds this timeout
                 run.set_timeout(timedelta(seconds=self.report_wait))
                 run.wait(["reported"])
@@ -541,6 +552,31 @@ class _time_limit:
         assert launch.master_addr is not None and launch.master_port is not None, "a launch without MASTER_ADDR/PORT"
         raw = dist.TCPStore(launch.master_addr, launch.master_port, None, False, timedelta(seconds=self.grace))
         return dist.PrefixStore(f"{STORE_PREFIX}/{launch.run_id}", raw)
+
+
+def _peers_timeline(store: Any, launch: Launch, own: bytes) -> str:
+    """The collective timeline of every rank that can tell, for a rank whose time limit expired.
+
+    Peers whose limit expired too publish their records; those that finished the
+    test carry them in their outcome.  Waits at most ``TIMELINE_WAIT`` for them.
+    """
+    ranks: Dict[int, Optional[timeline.RankCalls]] = {launch.rank: timeline.parse(own)}
+    pending = set(range(launch.world_size)) - {launch.rank}
+    deadline = time.monotonic() + TIMELINE_WAIT
+    while pending and time.monotonic() < deadline:
+        for rank in sorted(pending):
+            if store.check([f"records/{rank}"]):
+                ranks[rank] = timeline.parse(store.get(f"records/{rank}"))
+            elif store.check([str(rank)]):
+                value = pickle.loads(store.get(str(rank)))
+                ranks[rank] = timeline.parse(getattr(value, "records", None) or b"")
+            else:
+                continue
+            pending.discard(rank)
+        if pending:
+            time.sleep(0.05)
+    ranks.update((rank, None) for rank in pending)
+    return timeline.HEADING + "\n" + timeline.build(ranks).text
 
 
 def _print_peer_errors(store, launch: Launch, test: str, grace: float) -> None:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Optional, TypeVar, Union
 
 import torch
 
-from continuous_test import config, replay, worker
+from continuous_test import config, replay, timeline, worker
 from continuous_test.case import TestCase
 from continuous_test.launch import detect
 from continuous_test.outcome import TEST_ERROR_EXIT_CODE, ExpectedExit, RankEnding, RankOutcome, Verdict, judge_endings
@@ -223,8 +223,12 @@ class MultiProcessTestCase(TestCase):
         waited, outputs = self._fresh.wait(limit, grace)
         self._fresh.stop()
         endings = {r: RankEnding(r, waited.exits.get(r), _outcome(waited.replies.get(r))) for r in outputs}
+        dead = [r for r, e in endings.items() if e.outcome is None and e.exitcode not in (0, None)]
+        test_dir = self._test_dir
+        records = timeline.lazy(lambda: timeline.for_world(test_dir, endings, dead))
         return judge_endings(replay.short_id(self), len(endings), endings, expected, outputs,
-                             check_codes=check_codes, faults=waited.faults, time_limit=limit, grace=grace)
+                             check_codes=check_codes, faults=waited.faults, time_limit=limit, grace=grace,
+                             timeline=records)
 
     def _raise_verdict(self, verdict: Verdict) -> None:
         __tracebackhide__ = True  # noqa: F841 - pytest starts the report at the ranks' tracebacks

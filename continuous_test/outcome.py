@@ -18,7 +18,9 @@ import sys
 import traceback
 import unittest
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from continuous_test.timeline import HEADING as TIMELINE_HEADING, Timeline
 
 __all__ = [
     "EventKind",
@@ -149,6 +151,8 @@ class RankOutcome:
     requested_exit: Optional[int] = None
     # What the test left changed in the rank (a leaks.LeakReport), if anything.
     leaks: Optional[object] = None
+    # The rank's recorded calls of this test (timeline file format); launched ranks only.
+    records: Optional[bytes] = None
 
     def has_failure(self) -> bool:
         """True if the rank reported a failure or error (an expected one included)."""
@@ -360,10 +364,13 @@ def merge(
     grace: float = 0.0,
     time_limit: float = 0.0,
     note: Optional[str] = None,
+    timeline: Optional[Callable[[], Optional[Timeline]]] = None,
 ) -> Verdict:
     """Merge every rank's outcome for ``test``; the controller calls this once per test.
 
     ``note`` ends the report of a fault (the controller says what it does next).
+    ``timeline`` builds the collective timeline; it is called only for a report
+    that shows it (a fault, a failure on some ranks, or ranks whose calls differ).
     """
     outputs = outputs or {}
     units = _units(outcomes)
@@ -373,9 +380,10 @@ def merge(
     subtests = [(sid, _merge_unit(f"{test} {sid.describe()}", world_size, per_rank, outputs))
                 for sid, per_rank in units.items()]
     if faults:
-        verdict = Verdict("fail", error=_fault_error(test, world_size, main, faults, outputs, grace, time_limit, note))
+        verdict = Verdict("fail", error=_fault_error(test, world_size, main, faults, outputs, grace, time_limit, note,
+                                                     timeline))
     else:
-        verdict = _merge_unit(test, world_size, main, outputs)
+        verdict = _merge_unit(test, world_size, main, outputs, timeline)
     verdict.subtests = subtests
     verdict.restart_world = bool(faults) or verdict.failed
     leak_reports = {r: o.leaks for r, o in outcomes.items() if o.leaks is not None}
@@ -399,11 +407,11 @@ def _units(outcomes: Dict[int, RankOutcome]) -> Dict[Optional[SubTestId], Dict[i
     return units
 
 
-def _merge_unit(test: str, world_size: int, per_rank: Dict[int, _RankUnit], outputs) -> Verdict:
+def _merge_unit(test: str, world_size: int, per_rank: Dict[int, _RankUnit], outputs, timeline=None) -> Verdict:
     failed = {r: u.errors for r, u in per_rank.items() if u.status == "fail"}
     skipped = {r: u.reason for r, u in per_rank.items() if u.status == "skip"}
     if failed:
-        return Verdict("fail", error=_failure_error(test, world_size, failed, per_rank, outputs))
+        return Verdict("fail", error=_failure_error(test, world_size, failed, per_rank, outputs, timeline))
     if skipped and len(skipped) < len(per_rank):
         ran = sorted(set(per_rank) - set(skipped))
         msg = INCONSISTENT_SKIP.format(test=test, skipped=_ranks(skipped), ran=_ranks(ran))
@@ -419,7 +427,7 @@ def _merge_unit(test: str, world_size: int, per_rank: Dict[int, _RankUnit], outp
     return Verdict("pass")
 
 
-def _failure_error(test, world_size, failed, per_rank, outputs) -> BaseException:
+def _failure_error(test, world_size, failed, per_rank, outputs, timeline=None) -> BaseException:
     others = {r: u.status for r, u in per_rank.items() if r not in failed}
     head = f"{test} failed on rank(s) {_ranks(failed)} of {world_size}"
     if others:
@@ -430,13 +438,14 @@ def _failure_error(test, world_size, failed, per_rank, outputs) -> BaseException
         for record in errors:
             body.append(f"rank {rank}: {record.headline()}")
             records.append((rank, record))
+    shown = _timeline_section(body, timeline, always=len(failed) < world_size)
     for rank in sorted(outputs):
         body.extend(_output_section(rank, outputs))
     statuses = {r: _status_of(u) for r, u in per_rank.items()}
-    return _attach(_chained(records, "\n".join(body)), statuses, outputs)
+    return _with_timeline(_attach(_chained(records, "\n".join(body)), statuses, outputs), shown)
 
 
-def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, note) -> BaseException:
+def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, note, timeline=None) -> BaseException:
     lines: List[str] = []
     records: List[Tuple[int, ErrorRecord]] = []
     failed = [r for r, u in sorted(main.items()) if u.status == "fail"]
@@ -465,6 +474,7 @@ def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, not
             lines.append(INTERRUPTED.format(rank=fault.rank, test=test, grace=grace))
     if timed_out and etype is RankStuckError:
         etype = RankTimeoutError
+    shown = _timeline_section(lines, timeline, always=True)
     for fault in sorted(faults, key=lambda f: f.rank):
         if fault.stacks:
             lines.append(f"rank {fault.rank} stacks ({fault.kind.value}):\n{_indent(fault.stacks)}")
@@ -477,8 +487,25 @@ def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, not
         detail = exit_description(fault.exitcode) if fault.kind in _DEATHS else (fault.stacks or "")
         statuses[fault.rank] = (fault.kind.value, detail)
     if records and not any(f.kind in _DEATHS for f in faults) and not timed_out:
-        return _attach(_chained(records, "\n".join(lines)), statuses, outputs)
-    return _attach(_chain_causes(etype("\n".join(lines)), records), statuses, outputs)
+        return _with_timeline(_attach(_chained(records, "\n".join(lines)), statuses, outputs), shown)
+    return _with_timeline(_attach(_chain_causes(etype("\n".join(lines)), records), statuses, outputs), shown)
+
+
+def _timeline_section(lines: List[str], timeline, always: bool) -> Optional[str]:
+    """Append the collective timeline to a report's lines when it belongs there; return its text."""
+    built = timeline() if timeline is not None else None
+    if built is None or not (always or built.divergent):
+        return None
+    lines.append(TIMELINE_HEADING)
+    lines.append(_indent(built.text))
+    return built.text
+
+
+def _with_timeline(error: BaseException, text: Optional[str]) -> BaseException:
+    """Keep the timeline on the merged error, for the pytest plugin's report section."""
+    if text is not None:
+        error.ct_timeline = text  # type: ignore[attr-defined]
+    return error
 
 
 def _output_section(rank: int, outputs: Dict[int, str]) -> List[str]:
@@ -568,20 +595,23 @@ def judge_endings(
     faults: Sequence[RankFault] = (),
     time_limit: float = 0.0,
     grace: float = 0.0,
+    timeline: Optional[Callable[[], Optional[Timeline]]] = None,
 ) -> Verdict:
     """Judge the endings of fresh ranks against the declared ones; MultiProcessTestCase calls this."""
     if faults:
         outcomes = {r: e.outcome for r, e in endings.items() if e.outcome is not None}
-        return merge(test, world_size, outcomes, faults, outputs, grace=grace, time_limit=time_limit)
+        return merge(test, world_size, outcomes, faults, outputs, grace=grace, time_limit=time_limit,
+                     timeline=timeline)
     wrong = [r for r, e in sorted(endings.items()) if check_codes and not _ended_as_declared(e, expected)]
     if wrong:
-        return Verdict("fail", error=_ending_error(test, endings, expected, outputs, wrong), restart_world=True)
+        error = _ending_error(test, endings, expected, outputs, wrong, timeline)
+        return Verdict("fail", error=error, restart_world=True)
     skip = _skip_exit(endings, expected)
     if skip is not None:
         return Verdict("skip", skip_reason=skip)
     outcomes = {r: e.outcome for r, e in endings.items()
                 if e.outcome is not None and not (expected and expected.applies_to(r))}
-    return merge(test, world_size, outcomes, outputs=outputs)
+    return merge(test, world_size, outcomes, outputs=outputs, timeline=timeline)
 
 
 def _ended_as_declared(ending: RankEnding, expected: Optional[ExpectedExit]) -> bool:
@@ -603,7 +633,7 @@ def _skip_exit(endings: Dict[int, RankEnding], expected: Optional[ExpectedExit])
     return None
 
 
-def _ending_error(test, endings, expected, outputs, wrong) -> BaseException:
+def _ending_error(test, endings, expected, outputs, wrong, timeline=None) -> BaseException:
     lines = [UNEXPECTED_ENDING.format(test=test, ranks=_ranks(wrong))]
     records: List[Tuple[int, ErrorRecord]] = []
     statuses: Dict[int, Tuple[str, str]] = {}
@@ -622,9 +652,11 @@ def _ending_error(test, endings, expected, outputs, wrong) -> BaseException:
             actual += " without reporting an outcome"
         lines.append(f"rank {rank}: ended with {actual}; expected {want}")
         statuses[rank] = ("unexpected ending", f"ended with {actual}; expected {want}")
+    shown = _timeline_section(lines, timeline, always=True)
     for rank in sorted(outputs):
         lines.extend(_output_section(rank, outputs))
-    return _attach(_chain_causes(UnexpectedEndingError("\n".join(lines)), records), statuses, outputs)
+    error = _chain_causes(UnexpectedEndingError("\n".join(lines)), records)
+    return _with_timeline(_attach(error, statuses, outputs), shown)
 
 
 def _torch_skip_code_message(exitcode: Optional[int]) -> Optional[str]:

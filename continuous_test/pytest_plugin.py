@@ -78,6 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "world_size(n): run this distributed test class or function with n ranks")
     config.addinivalue_line("markers", "ct_timeout(seconds): per-test time limit of a distributed test")
     config.addinivalue_line("markers", "ct_leaks(policy): leak policy (restore, fail, off) of a distributed test")
+    config.addinivalue_line("markers", "ct_record(on): record collective calls for the timeline (False: off)")
     try:
         timeout, source = _setting(config, "ct_timeout")
         limit = None if timeout is None else ct_config.parse_seconds(timeout, "timeout", source)
@@ -237,6 +238,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if not ranks:
         return
     report = outcome.get_result()
+    timeline = getattr(call.excinfo.value, "ct_timeline", None)
+    if timeline:
+        report.sections.append(("collective timeline", timeline + "\n"))
     others = []
     for rank, info in sorted(ranks.items()):
         if info.status in ("passed", "skipped", "ended as expected"):

@@ -17,7 +17,7 @@ __all__ = ["run_single"]
 
 def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
     """Run ``spec.method`` on this rank, send its outcome, and return the exit code."""
-    from continuous_test import worker
+    from continuous_test import recorder, worker
 
     try:
         cls = worker.import_test_class(spec.module, spec.qualname, spec.module_file)
@@ -30,6 +30,7 @@ def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
     case.rank = spec.rank
     case.file_name = spec.rendezvous_file
     worker.seed_everything(worker.SEED)
+    recorder.begin_test(case)
     result = RankResult(exits_allowed=True)
     unittest.TestCase.run(case, result)
     _maybe_destroy(case)

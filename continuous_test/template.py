@@ -41,7 +41,7 @@ _context: Optional[BaseContext] = None
 def preload_modules() -> List[str]:
     """Modules the template imports before forking any rank."""
     modules = ["torch", "torch.distributed", "numpy", "continuous_test.case", "continuous_test.worker",
-               "continuous_test._template_exit"]
+               "continuous_test._template_exit", "continuous_test._preload_recorder"]
     main = sys.modules.get("__main__")
     main_file = getattr(main, "__file__", None)
     if main_file and getattr(main, "__spec__", None) is None:

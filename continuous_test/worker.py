@@ -38,7 +38,8 @@ import torch
 
 from continuous_test import coverage_support
 from continuous_test.launch import RANK_MARKER_ENV
-from continuous_test import config, leaks, protocol
+from continuous_test import config, leaks, protocol, recorder
+from continuous_test.timeline import records_path
 from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult
 from continuous_test.protocol import (
     DumpStacks,
@@ -232,6 +233,7 @@ def rank_main(spec: RankSpec, conn, control) -> None:
     _apply_env(spec)
     coverage_support.start_in_rank()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    recorder.open_ring(records_path(spec.world_dir, spec.rank), spec.rank)
     _CURRENT = RankContext(spec.rank, spec.world_size, spec)
     channel = _Channel(conn, control)
     threading.Thread(target=channel.watch, args=(spec,), name="continuous_test-listener", daemon=True).start()
@@ -427,6 +429,7 @@ def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
     groups = _group_names()
     policy = _leak_policy(case)
     before = leaks.take() if policy != "off" else None
+    recorder.begin_test(case)
     seed_everything(SEED)
     result = RankResult()
     unittest.TestCase.run(case, result)  # the real run, not the dispatching override

@@ -41,9 +41,9 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
-from continuous_test import config, protocol, template
+from continuous_test import config, protocol, template, timeline
 from continuous_test.outcome import (
     FaultKind,
     RankDiedError,
@@ -224,7 +224,8 @@ class World:
         outputs = {h.rank: h.read_output() for h in self.ranks}
         outcomes: Dict[int, RankOutcome] = {r: m.full_outcome() for r, m in waited.replies.items()}
         verdict = merge(test_id, self.world_size, outcomes, waited.faults, outputs,
-                        grace=self.grace, time_limit=time_limit, note=RESTART_NOTE.format(n=self.world_size))
+                        grace=self.grace, time_limit=time_limit, note=RESTART_NOTE.format(n=self.world_size),
+                        timeline=self._timeline(waited.faults))
         self._after_test(waited, verdict, outcomes, outputs)
         return verdict
 
@@ -244,6 +245,12 @@ class World:
             death = LateDeath(rank, code, self._last_test or "the world started", last)
             self.late_deaths.append(death)
             sys.stderr.write(DIED_BETWEEN_NOTE.format(what=death.describe(self.cls)) + "\n")
+
+    def _timeline(self, faults: Sequence[RankFault]) -> Any:
+        """Builds the collective timeline from the ranks' records files, when a report needs it."""
+        dead = [f.rank for f in faults if f.kind in (FaultKind.DIED, FaultKind.TEMPLATE_DIED)]
+        world_dir, ranks = self.dir, range(self.world_size)
+        return timeline.lazy(lambda: timeline.for_world(world_dir, ranks, dead))
 
     def _after_test(self, waited: Waited, verdict: Verdict, outcomes: Dict[int, RankOutcome],
                     outputs: Dict[int, str]) -> None:

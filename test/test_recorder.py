@@ -1,0 +1,124 @@
+"""The recorder in one process: a world of one gloo rank, records read back as the controller reads them."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from continuous_test import recorder
+from continuous_test import timeline as tl
+
+
+@pytest.fixture
+def ring(tmp_path, monkeypatch):
+    monkeypatch.delenv(recorder.ENV_RECORD, raising=False)
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    path = str(tmp_path / "rank0.records")
+    recorder.open_ring(path, 0, capacity=8)
+    try:
+        yield path
+    finally:
+        recorder._restore()
+        dist.destroy_process_group()
+
+
+class Case:
+    """Stands for a test case: begin_test reads its class and method name."""
+
+    _testMethodName = "test_x"
+
+
+def test_records_what_was_called_where_and_that_it_returned(ring):
+    recorder.begin_test(Case())
+    t = torch.ones(2, 3, dtype=torch.float64)
+    line = sys._getframe().f_lineno + 1
+    out = dist.all_reduce(t)
+    dist.all_gather_object([None], {"a": 1})
+    dist.barrier()
+    calls = tl.read_file(ring)
+    assert out is None and t.tolist() == [[1.0] * 3] * 2
+    first, objects, barrier = calls.calls
+    assert first.describe() == f"all_reduce #1 [float64(2,3)] at test_recorder.py:{line} (returned)"
+    assert (objects.op, objects.signature(), objects.seq) == ("all_gather_object", "[1 object]", 2)
+    assert barrier.describe().startswith("barrier #3 at test_recorder.py:")
+
+
+def test_subgroups_are_named_by_their_ranks_and_numbered_apart(ring):
+    recorder.begin_test(Case())
+    sub = dist.new_group([0])
+    dist.all_reduce(torch.ones(1), group=sub)
+    dist.all_reduce(torch.ones(1))
+    on_sub, on_default = tl.read_file(ring).calls
+    assert on_sub.name() == "all_reduce #1 on ranks 0"
+    assert on_default.name() == "all_reduce #1"
+
+
+def test_exceptions_pass_through_unchanged_and_are_marked(ring):
+    recorder.begin_test(Case())
+    bad = torch.ones(2)
+    with pytest.raises(Exception) as caught:
+        dist.broadcast(bad, src=5)  # no rank 5 in a world of 1
+    original = recorder._originals["broadcast"]
+    with pytest.raises(type(caught.value)):
+        original(bad, src=5)
+    (call,) = tl.read_file(ring).calls
+    assert call.status == tl.STATUS_RAISED and call.describe().endswith("(raised)")
+
+
+def test_only_the_current_test_and_the_last_calls_are_kept(ring):
+    recorder.begin_test(Case())
+    dist.barrier()
+    recorder.begin_test(Case())
+    for _ in range(11):
+        dist.all_reduce(torch.ones(1))
+    calls = tl.read_file(ring)
+    assert [c.seq for c in calls.calls] == list(range(4, 12))  # capacity 8
+    assert calls.dropped == 3
+    assert "(3 earlier calls of this test not kept)" in tl.build({0: calls}).text
+    assert tl.parse(recorder.snapshot()).calls == calls.calls  # what torchrun ranks send
+
+
+def test_wrappers_keep_the_original_signature():
+    import inspect
+
+    recorder.patch()
+    try:
+        assert inspect.signature(dist.all_reduce) == inspect.signature(recorder._originals["all_reduce"])
+        assert dist.all_reduce.__wrapped__ is recorder._originals["all_reduce"]
+    finally:
+        recorder._restore()
+
+
+def test_environment_turns_patching_off(monkeypatch):
+    monkeypatch.setenv(recorder.ENV_RECORD, "0")
+    original = dist.all_reduce
+    recorder.patch()
+    assert dist.all_reduce is original and not recorder._originals
+
+
+def test_marker_and_class_attribute_turn_a_test_off():
+    import types
+
+    marked = types.SimpleNamespace(name=recorder.MARKER, args=(False,), kwargs={})
+
+    class Plain:
+        def test_x(self):
+            pass
+
+    class Off(Plain):
+        record_collectives = False
+
+    class Marked(Plain):
+        def test_x(self):
+            pass
+
+    Marked.test_x.pytestmark = [marked]
+    assert recorder._decide(Plain, "test_x") is True
+    assert recorder._decide(Off, "test_x") is False
+    assert recorder._decide(Marked, "test_x") is False
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

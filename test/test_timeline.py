@@ -1,0 +1,202 @@
+"""The collective timeline in real reports: divergent ranks in worlds, fresh ranks, pytest and torchrun."""
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+import helpers
+from helpers import describe, unittest_counts
+from test_faults import section
+
+from continuous_test import timeline as tl
+from continuous_test.outcome import ErrorRecord, Event, EventKind, FaultKind, RankFault, RankOutcome, merge
+from continuous_test.timeline import DIVERGENCE, HEADING, MISMATCH
+
+
+def _outcome(rank: int, failed: bool) -> RankOutcome:
+    if not failed:
+        return RankOutcome(rank, [Event(EventKind.SUCCESS)])
+    error = ErrorRecord("builtins", "AssertionError", "boom", "Traceback: boom", True)
+    return RankOutcome(rank, [Event(EventKind.FAILURE, errors=(error,))])
+
+
+def _timeline(divergent: bool, calls: list):
+    def build():
+        calls.append(1)
+        return tl.Timeline("rank 0: barrier #1 at t.py:1 (waiting)", divergent)
+    return build
+
+
+def test_merge_never_builds_a_timeline_for_a_pass():
+    calls: list = []
+    verdict = merge("T.test", 2, {0: _outcome(0, False), 1: _outcome(1, False)}, timeline=_timeline(True, calls))
+    assert verdict.status == "pass" and not calls
+
+
+@pytest.mark.parametrize("failed, divergent, shown", [
+    ((0,), False, True),  # a failure on some ranks: always
+    ((0, 1), False, False),  # the same failure everywhere, calls alike: not
+    ((0, 1), True, True),  # everywhere, but the calls differ: yes
+])
+def test_merge_shows_the_timeline_where_it_helps(failed, divergent, shown):
+    outcomes = {r: _outcome(r, r in failed) for r in (0, 1)}
+    error = merge("T.test", 2, outcomes, timeline=_timeline(divergent, [])).error
+    assert (HEADING in str(error)) is shown
+    assert (getattr(error, "ct_timeline", None) is not None) is shown
+
+
+def test_merge_shows_the_timeline_with_a_fault():
+    faults = [RankFault(1, FaultKind.DIED, exitcode=-9)]
+    error = merge("T.test", 2, {0: _outcome(0, True)}, faults, timeline=_timeline(False, [])).error
+    assert f"{HEADING}\n    rank 0: barrier #1 at t.py:1 (waiting)" in str(error)
+    assert error.ct_timeline == "rank 0: barrier #1 at t.py:1 (waiting)"
+
+
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return helpers.python("test_timeline.py", "-v", env={"TMPDIR": str(tmp_path_factory.mktemp("tmp"))})
+
+
+def test_every_test_ran(world):
+    assert unittest_counts(world.stderr) == {"ran": 8, "failures": 2, "errors": 5}, describe(world)
+    assert re.search(r"test_h_healthy .* \.\.\. ok$", world.stderr, re.M), describe(world)
+
+
+def test_ranks_calling_different_collectives(world):
+    report = section(world.stderr, "test_a_different_collectives")
+    assert HEADING in report
+    assert re.search(r"rank 0: all_reduce #2 \[float32\(8\)\] at test_timeline.py:\d+ \(waiting\)\n"
+                     r"    rank 1: broadcast #2 \[float32\(8\)\] at test_timeline.py:\d+ \(waiting\)\n"
+                     r"    first divergence at #2\n", report), report
+
+
+def test_same_collective_different_shapes_is_called_out(world):
+    report = section(world.stderr, "test_b_different_shapes")
+    assert "rank 0: all_reduce #1 [float32(8)]" in report
+    assert "rank 1: all_reduce #1 [float32(4)]" in report
+    assert MISMATCH.format(seq=1, group="", op="all_reduce") in report, report
+
+
+def test_rank_that_skips_a_barrier(world):
+    report = section(world.stderr, "test_c_skipped_barrier")
+    assert re.search(r"rank 0: barrier #2 at test_timeline.py:\d+ \(waiting\)", report), report
+    assert re.search(r"rank 1: all_reduce #2 \[float32\(2,3\)\] at test_timeline.py:\d+ \(waiting\)", report), report
+    assert DIVERGENCE.format(seq=2, group="") in report
+
+
+def test_rank_dying_inside_a_collective(world):
+    report = section(world.stderr, "test_d_dies_inside")
+    assert "rank 1 died with signal SIGKILL" in report
+    assert "rank 1: all_reduce #1 [float32(8)] at test_timeline.py:" in report
+    assert "(waiting; the rank died)" in report, report
+
+
+def test_failure_on_some_ranks_shows_the_timeline(world):
+    report = section(world.stderr, "test_e_fails_on_one_rank")
+    assert re.search(r"ranks 0,1: all_reduce #1 \[float32\(8\)\] at test_timeline.py:\d+ \(returned\)", report), report
+
+
+def test_same_failure_everywhere_without_divergence_has_no_timeline(world):
+    assert HEADING not in section(world.stderr, "test_f_fails_everywhere_alike")
+
+
+def test_rank_holding_the_gil_still_has_its_records_read(world):
+    report = section(world.stderr, "test_g_holds_the_gil")
+    assert "(dumped by faulthandler)" in report  # its Python could not answer
+    assert re.search(r"rank 1: all_reduce #1 \[float32\(8\)\] at test_timeline.py:\d+ \(returned\)", report), report
+    assert re.search(r"rank 0: barrier #2 at test_timeline.py:\d+ \(waiting\)", report), report
+
+
+def test_passing_tests_print_no_timeline(world):
+    assert world.stderr.count(HEADING) == 6, describe(world)
+
+
+@pytest.fixture(scope="module")
+def in_pytest(tmp_path_factory):
+    return helpers.pytest("test_timeline_pytest.py", "-rN", env={"TMPDIR": str(tmp_path_factory.mktemp("tmp"))})
+
+
+def _pytest_section(output: str, test: str) -> str:
+    match = re.search(rf"^_+ {re.escape(test)} _+$(.*?)(?=^_{{3,}} |^=+ |\Z)", output, re.M | re.S)
+    assert match, f"no report for {test}\n{output}"
+    return match.group(1)
+
+
+def test_pytest_report_has_a_timeline_section(in_pytest):
+    report = _pytest_section(in_pytest.stdout, "test_fn_diverges")
+    assert re.search(r"-+ collective timeline -+\nrank 0: all_reduce #1 \[float32\(4\)\] at test_timeline_pytest.py:\d+ "
+                     r"\(waiting\)\nrank 1: broadcast #1 \[float32\(4\)\] .*\nfirst divergence at #1\n", report), report
+
+
+def test_fresh_ranks_rank_dying_inside_a_collective(in_pytest):
+    report = _pytest_section(in_pytest.stdout, "FreshTest.test_dies_inside")
+    assert "rank 1: all_reduce #2 [int64(3)] at test_timeline_pytest.py:" in report
+    assert "(waiting; the rank died)" in report, report
+
+
+@pytest.mark.parametrize("test", ["test_fn_marked_off", "OffByAttribute.test_diverges"])
+def test_recording_turned_off_by_marker_or_class_attribute(in_pytest, test):
+    report = _pytest_section(in_pytest.stdout, test)
+    assert "exceeded its time limit" in report
+    assert "collective timeline" not in report, report
+
+
+def test_recording_turned_off_by_environment(tmp_path):
+    proc = helpers.python("test_timeline.py", "DivergeTest.test_a_different_collectives",
+                          env={"TMPDIR": str(tmp_path), "CONTINUOUS_TEST_RECORD": "0"})
+    assert "exceeded its time limit" in proc.stderr, describe(proc)
+    assert HEADING not in proc.stderr, describe(proc)
+
+
+def test_torchrun_merged_verdict_calls_out_shapes_gloo_did_not_notice():
+    proc = helpers.torchrun("test_timeline_launched.py", 2, "LaunchedDivergeTest.test_a_different_shapes")
+    report = section(proc.stderr, "test_a_different_shapes")
+    assert "rank 0: all_reduce #2 [float32(2,4)]" in report
+    assert "rank 1: all_reduce #2 [float32(4,2)]" in report
+    assert MISMATCH.format(seq=2, group="", op="all_reduce") in report, describe(proc)
+
+
+def test_torchrun_time_limit_report_gathers_every_rank():
+    proc = helpers.torchrun("test_timeline_launched.py", 2, "LaunchedDivergeTest.test_b_different_collectives")
+    assert re.search(r"rank 0: all_reduce #1 \[float32\(8\)\] at test_timeline_launched.py:\d+ \(waiting\)\n"
+                     r"rank 1: broadcast #1 \[float32\(8\)\] at test_timeline_launched.py:\d+ \(waiting\)\n"
+                     r"first divergence at #1", proc.stderr), describe(proc)
+
+
+def test_timeline_groups_ranks_and_finds_the_first_divergence():
+    def call(seq, op, status=tl.STATUS_WAITING, shape=(8,)):
+        return tl.Call(seq, seq, op, 0, status, "float32", shape, -1, -1, "", "test_x.py", 40 + seq)
+
+    done = tl.STATUS_RETURNED
+    same = (call(1, "barrier", done),)
+    ranks = {r: tl.RankCalls(r, 1, same + (call(2, "all_reduce"),)) for r in (0, 2, 3)}
+    ranks[1] = tl.RankCalls(1, 1, same + (call(2, "broadcast"),))
+    assert tl.build(ranks).text == (
+        "ranks 0,2,3: all_reduce #2 [float32(8)] at test_x.py:42 (waiting)\n"
+        "rank 1:      broadcast #2 [float32(8)] at test_x.py:42 (waiting)\n"
+        "first divergence at #2")
+    skipped = {0: tl.RankCalls(0, 1, same + (call(2, "barrier"),)), 1: tl.RankCalls(1, 1, same)}
+    built = tl.build(skipped)
+    assert built.divergent and "  rank 1: no call #2" in built.text
+    alike = {r: tl.RankCalls(r, 1, same) for r in (0, 1)}
+    assert not tl.build(alike).divergent
+
+
+def test_docs_page_shows_a_current_capture():
+    sys.path.insert(0, str(helpers.ROOT / "docs"))
+    try:
+        import capture_timeline
+    finally:
+        sys.path.pop(0)
+    output = capture_timeline.run_example()
+    page = (helpers.ROOT / "docs" / "timeline.rst").read_text()
+    assert capture_timeline._indent(capture_timeline.excerpt(output, "TrainStepTest.test_step")) in page, output
+    assert MISMATCH.format(seq=1, group="", op="all_reduce") in capture_timeline.excerpt(output, "TrainStepTest.test_shapes")
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
