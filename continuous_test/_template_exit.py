@@ -22,7 +22,7 @@ __all__ = ["children", "kill_children"]
 
 def children(parent: int) -> List[int]:
     """Pids of the live children of ``parent``, from /proc (empty where there is none)."""
-    found = []
+    found: List[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:

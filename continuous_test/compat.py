@@ -44,6 +44,7 @@ class DistributedTestBase(MultiProcessTestCase):
 
         world_size = self.world_size if world_size is None else world_size
         backend = self.backend(device)
+        assert self.file_name is not None, "create_pg() runs in a rank, after the ranks were started"
         store = dist.FileStore(self.file_name, world_size)
         dist.init_process_group(backend=backend, world_size=world_size, rank=self.rank, store=store)
         if backend in ("nccl", "xccl"):

@@ -215,7 +215,7 @@ class Overrides:
 
 
 _OVERRIDES: contextvars.ContextVar[Overrides] = contextvars.ContextVar("continuous_test_overrides",
-                                                                        default=Overrides())
+                                                                        default=Overrides())  # noqa: B039 - frozen
 
 
 @contextlib.contextmanager
@@ -461,7 +461,7 @@ def set_cli_leaks(value: Optional[str], env: Any = os.environ) -> None:
 def _marked_policy(obj: Any, where: str) -> Optional[str]:
     # pytest stores markers on the function or class itself (``pytestmark``), so
     # ranks, which never run pytest, read them from there.
-    marks = getattr(obj, "pytestmark", ())
+    marks: Any = getattr(obj, "pytestmark", [])
     for mark in marks if isinstance(marks, list) else [marks]:
         if getattr(mark, "name", None) == LEAK_MARKER:
             value = mark.args[0] if mark.args else next(iter(mark.kwargs.values()), None)
@@ -478,8 +478,9 @@ def leak_policy(cls: type, method: Optional[Callable], env: Mapping[str, str] = 
     policy = _marked_policy(method, f"{cls.__qualname__}.{name}") if method is not None else None
     if policy is None:
         policy = _marked_policy(cls, cls.__qualname__)
-    if policy is None and getattr(cls, "leak_policy", None) is not None:
-        policy = parse_leak_policy(cls.leak_policy, f"{cls.__qualname__}.leak_policy")
+    class_policy = getattr(cls, "leak_policy", None)
+    if policy is None and class_policy is not None:
+        policy = parse_leak_policy(class_policy, f"{cls.__qualname__}.leak_policy")
     return policy or DEFAULT_LEAK_POLICY
 
 

@@ -185,7 +185,8 @@ class _Replayer:
             try:
                 world.start()
             except Exception as exc:  # SkipTest included: no answer from this world
-                raise _Stop(START_FAILED.format(error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise _Stop(START_FAILED.format(error=first)) from exc
             return self._run(world, sequence, started + left)
         finally:
             world.stop()
@@ -217,4 +218,14 @@ def _add_note(verdict: Verdict, note: str) -> None:
     if error is None:  # only subtests failed: the first one carries the note
         error = next((sub.error for _, sub in verdict.subtests if sub.error is not None), None)
     if error is not None:
+        add_note(error, note)
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``, which Python 3.10 lacks: there the note joins the message."""
+    if hasattr(error, "add_note"):
         error.add_note(note)
+    elif error.args and isinstance(error.args[0], str):
+        error.args = (f"{error.args[0]}\n{note}",) + error.args[1:]
+    else:
+        error.args = error.args + (note,)

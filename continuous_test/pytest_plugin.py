@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import pytest
 
 if TYPE_CHECKING:
-    from continuous_test.config import Overrides
+    pass
 
 __all__ = [
     "pytest_addoption",

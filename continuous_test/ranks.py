@@ -41,7 +41,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from continuous_test import coverage_support, protocol, template
 from continuous_test.config import ClassSettings

@@ -50,7 +50,7 @@ def install(loader: unittest.TestLoader, seed: int, announce: bool = True) -> un
         ka, kb = order_key(seed, a), order_key(seed, b)
         return (ka > kb) - (ka < kb)
 
-    loader.sortTestMethodsUsing = compare  # type: ignore[assignment]
+    loader.sortTestMethodsUsing = compare
     load_module = loader.loadTestsFromModule
 
     @functools.wraps(load_module)

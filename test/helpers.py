@@ -77,7 +77,8 @@ def unittest_counts(output: str) -> Dict[str, int]:
 
 def pytest_counts(output: str) -> Dict[str, int]:
     """Parse pytest's final line (``1 failed, 2 passed, 1 skipped in 3.2s``)."""
-    line = [l for l in output.strip().splitlines() if " in " in l and re.search(r"\d+ (passed|failed|skipped|error)", l)]
+    line = [text for text in output.strip().splitlines()
+            if " in " in text and re.search(r"\d+ (passed|failed|skipped|error)", text)]
     counts: Dict[str, int] = {}
     if line:
         for number, word in re.findall(r"(\d+) (\w+)", line[-1]):

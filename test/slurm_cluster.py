@@ -153,10 +153,10 @@ def start_cluster() -> Cluster:
         for name in NODES:
             cluster.start_daemon([_daemon("slurmd"), "-D", "-N", name, "-f", str(cluster.dir / "slurm.conf")])
         _await_idle(cluster)
-    except BaseException:
+    except BaseException as exc:
         logs = cluster.logs()
         cluster.stop()
-        raise ClusterUnavailable("the private Slurm cluster did not start:\n" + logs)
+        raise ClusterUnavailable("the private Slurm cluster did not start:\n" + logs) from exc
     return cluster
 
 

@@ -4,8 +4,6 @@ Each test prints ``ran <Class>.<test>`` on stdout; ``test_fails`` of ``Zeta``
 fails when FAIL_ONE=1, so the seed's place in a failure report can be checked.
 """
 import os
-import sys
-import unittest
 
 from continuous_test import TestCase, run_tests
 
