@@ -10,7 +10,12 @@ setup(
     packages=find_packages(include=["continuous_test", "continuous_test.*"]),
     python_requires=">=3.10",  # torch 2.13 itself needs 3.10
     install_requires=["torch>=2.2", "numpy", "expecttest"],
-    extras_require={"test": ["pytest>=7", "pytest-xdist", "pytest-cov>=7"]},  # pytest-cov: test/test_coverage_support.py
+    extras_require={
+        "test": ["pytest>=7", "pytest-xdist", "pytest-cov>=7"],  # pytest-cov: test/test_coverage_support.py
+        # Pinned: a new release of either may report new findings and turn CI red on its own.
+        "lint": ["mypy==2.4.1", "ruff==0.17.6"],
+    },
+    package_data={"continuous_test": ["py.typed"]},  # users' type checkers see the public types
     entry_points={
         "console_scripts": ["continuous-test-lint=continuous_test.lint:main"],
         "pytest11": ["continuous_test.pytest_plugin = continuous_test.pytest_plugin"],
