@@ -97,7 +97,8 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
         try:
             compare.assert_equal(first, second, rtol=rtol, atol=atol, equal_nan=equal_nan,
                                  exact_dtype=exact_dtype, exact_device=exact_device, exact_layout=exact_layout,
-                                 exact_stride=exact_stride, rtol_floor=getattr(self, "rel_tol", 0.0),
+                                 exact_stride=exact_stride, exact_is_coalesced=exact_is_coalesced,
+                                 rtol_floor=getattr(self, "rel_tol", 0.0),
                                  atol_floor=getattr(self, "precision", 0.0), fallback=self._plain_assert_equal)
         except compare.Mismatch as exc:
             text = msg(str(exc)) if callable(msg) else self._formatMessage(msg, str(exc))

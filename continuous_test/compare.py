@@ -66,6 +66,7 @@ def assert_equal(
     exact_device: bool = False,
     exact_layout: bool = False,
     exact_stride: bool = False,
+    exact_is_coalesced: bool = False,
     rtol_floor: float = 0.0,
     atol_floor: float = 0.0,
     fallback: Optional[Callable[[Any, Any], None]] = None,
@@ -74,7 +75,8 @@ def assert_equal(
     if (rtol is None) != (atol is None):
         raise ValueError("rtol and atol must be given together")
     opts = dict(rtol=rtol, atol=atol, equal_nan=equal_nan, exact_dtype=exact_dtype, exact_device=exact_device,
-                exact_layout=exact_layout, exact_stride=exact_stride, rtol_floor=rtol_floor, atol_floor=atol_floor)
+                exact_layout=exact_layout, exact_stride=exact_stride, exact_is_coalesced=exact_is_coalesced,
+                rtol_floor=rtol_floor, atol_floor=atol_floor)
     _compare(actual, expected, [], opts, fallback)
 
 
@@ -114,6 +116,10 @@ def _compare_tensors(actual, expected, path, opts) -> None:
     elif _is_sequence(expected) and isinstance(actual, torch.Tensor):
         expected = torch.as_tensor(expected, dtype=actual.dtype, device=actual.device)
     a, e = _as_tensor(actual, path), _as_tensor(expected, path)
+    if a.layout == e.layout == torch.sparse_coo:
+        if opts["exact_is_coalesced"] and a.is_coalesced() != e.is_coalesced():
+            raise Mismatch(f"{_where(path)}is_coalesced() differs: {a.is_coalesced()} != {e.is_coalesced()}")
+        a, e = a.coalesce(), e.coalesce()  # as torch's assertEqual: the same values, however stored
     rtol, atol = _tensor_tolerances(a, e, opts)
     try:
         # assert_close itself moves values to a common device, dtype and layout

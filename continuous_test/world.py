@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from continuous_test import config, protocol, template, timeline
 from continuous_test.outcome import (
@@ -178,7 +178,7 @@ class World:
         if waited.faults:
             self._start_timed_out(sorted(f.rank for f in waited.faults), {f.rank: f.stacks or "" for f in waited.faults})
 
-    def _start_failed(self, message: InitFailed, handle: RankProcess) -> None:
+    def _start_failed(self, message: InitFailed, handle: RankProcess) -> NoReturn:
         output = handle.read_output()
         if message.skip_reason is not None:
             import unittest
@@ -189,12 +189,12 @@ class World:
                                    world_size=self.world_size, error=error.headline())
         raise WorldStartError(_with_details(text, error.traceback, handle.rank, output))
 
-    def _start_died(self, handle: RankProcess) -> None:
+    def _start_died(self, handle: RankProcess) -> NoReturn:
         text = START_DIED.format(cls=self.cls.__qualname__, rank=handle.rank, world_size=self.world_size,
                                  how="died with " + exit_description(handle.exitcode()))
         raise WorldStartError(_with_details(text, None, handle.rank, handle.read_output()))
 
-    def _start_timed_out(self, missing: List[int], stacks: Dict[int, str]) -> None:
+    def _start_timed_out(self, missing: List[int], stacks: Dict[int, str]) -> NoReturn:
         text = START_TIMEOUT.format(cls=self.cls.__qualname__, ranks=", ".join(map(str, missing)),
                                     world_size=self.world_size, seconds=self.start_timeout)
         for rank, stack in sorted(stacks.items()):
