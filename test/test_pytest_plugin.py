@@ -93,7 +93,7 @@ def test_ini_setting(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--ct-timeout", "abc"], "Invalid timeout 'abc' from the --ct-timeout option"),
-    (["--ct-world-size", "0"], "Invalid world size 0 from the --ct-world-size option"),
+    (["--ct-world-size", "0"], "Invalid world size '0' from the --ct-world-size option"),
 ])
 def test_bad_options_are_usage_errors(args, message):
     proc = helpers.pytest("test_markers.py", *args)
