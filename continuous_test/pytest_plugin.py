@@ -21,6 +21,7 @@ __all__ = [
     "pytest_addoption",
     "pytest_configure",
     "pytest_collection_modifyitems",
+    "pytest_collection_finish",
     "pytest_runtest_makereport",
     "pytest_runtest_teardown",
 ]
@@ -109,6 +110,15 @@ def _marker_arg(marker: Any) -> Any:
     if marker.args:
         return marker.args[0]
     return next(iter(marker.kwargs.values()), None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the rank template once the tests are imported and before any runs, if a test needs ranks."""
+    if any(_test_class(item) is not None for item in session.items):
+        from continuous_test import launch, template
+
+        if not launch.detect().is_launcher:
+            template.prepare()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -52,6 +52,10 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     """Run the tests of ``module`` (the test file) with unittest's command line; never returns."""
     launch = detect()
     export_env(launch)
+    if not launch.is_launcher:
+        from continuous_test import template
+
+        template.prepare_for(module)  # fork the rank template now, before any test ran
     runner = _SilentRunner if launch.is_launcher and launch.rank != 0 else ContinuousTestRunner
     try:
         program = unittest.main(module=module, argv=argv if argv is not None else sys.argv,
