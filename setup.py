@@ -10,7 +10,8 @@ setup(
     packages=find_packages(include=["continuous_test", "continuous_test.*"]),
     python_requires=">=3.9",
     install_requires=["torch>=2.2", "numpy", "expecttest"],
-    extras_require={"test": ["pytest>=7", "pytest-xdist"]},
+    # bench: benchmarks/run.py draws its figure with matplotlib (optional: without it, no figure).
+    extras_require={"test": ["pytest>=7", "pytest-xdist"], "bench": ["matplotlib>=3.5"]},
     entry_points={
         "console_scripts": ["continuous-test-lint=continuous_test.lint:main"],
         "pytest11": ["continuous_test.pytest_plugin = continuous_test.pytest_plugin"],
