@@ -106,7 +106,7 @@ def start_method() -> str:
 
 def preload_modules(with_main: bool = True) -> List[str]:
     """Modules a fresh-interpreter template imports before forking any rank."""
-    modules = ["torch", "torch.distributed", "numpy", "continuous_test.case", "continuous_test.worker"]
+    modules = ["torch", "torch.distributed", "numpy", "numpy.random", "continuous_test.case", "continuous_test.worker"]
     main = sys.modules.get("__main__")
     if with_main and getattr(main, "__file__", None) and getattr(main, "__spec__", None) is None:
         # A test file run as a script: the template imports it too.
@@ -245,6 +245,7 @@ def _fork_template() -> None:
     from multiprocessing import connection, forkserver, resource_tracker, util
 
     resource_tracker.ensure_running()  # before the fork: its fd is passed with every rank
+    _import_what_ranks_use()
     listener = socket.socket(socket.AF_UNIX)
     address = connection.arbitrary_address("AF_UNIX")
     listener.bind(address)
@@ -267,6 +268,21 @@ def _fork_template() -> None:
     server = forkserver._forkserver
     server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
     _forked = _ForkedTemplate(pid, status_r)
+
+
+def _import_what_ranks_use() -> None:
+    """Import (and look up), once and here, what every rank would otherwise redo after its fork."""
+    import collections.abc
+
+    if "numpy" in sys.modules:
+        try:
+            import numpy.random  # noqa: F401 - numpy 2 imports it lazily: each rank's seeding would pay
+        except ImportError:
+            pass
+    # Any ABC.register() clears every ABC's isinstance cache; with torch loaded, a
+    # cold isinstance(dict, Mapping) walks thousands of subclasses (tens of ms),
+    # and each rank's os.environ.update() makes one.
+    isinstance({}, collections.abc.Mapping)
 
 
 def _flush(stream) -> None:

@@ -55,10 +55,10 @@ class Plan:
     """The settings of one benchmark run (full or smoke)."""
 
     repeat: int = 3
-    suite_sizes: Tuple[int, ...] = (1, 8, 240)
+    suite_sizes: Tuple[int, ...] = (1, 4, 240)
     suite_world_sizes: Tuple[int, ...] = (2, 4)
     # torch's MultiProcessTestCase costs seconds per test: only the small suites.
-    torch_fresh_sizes: Tuple[int, ...] = (1, 8)
+    torch_fresh_sizes: Tuple[int, ...] = (1, 4)
     start_world_sizes: Tuple[int, ...] = (2, 4, 8)
     # Where per-test dispatch is judged against torch's (at the largest suite size).
     dispatch_world_sizes: Tuple[int, ...] = (4, 8)
@@ -112,7 +112,7 @@ class Plan:
 
     @property
     def fresh_n(self) -> int:
-        """Suite size the fresh-world figures come from: the largest one torch's fresh class runs."""
+        """Suite size torch's fresh-world figures come from: the largest one its fresh class runs."""
         return max(self.torch_fresh_sizes)
 
     @property
