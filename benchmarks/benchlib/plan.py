@@ -135,10 +135,25 @@ def _suite_job(system: str, ws: int, n: int, plan: Plan) -> Job:
         env["BENCH_MEMORY"] = "1"
     # A guard against hangs, never a measurement limit: torch's fresh ranks take seconds per test.
     cap = 120.0 + n * (40.0 if system == TORCH_FRESH else 2.0) * max(1, ws // 2)
-    # torch's fresh class costs minutes per suite; beyond the smallest world size
-    # one run is enough to show its pace.
-    once = system == TORCH_FRESH and ws != min(plan.suite_world_sizes)
+    once = not _judged(system, ws, n, plan)
     return Job("suite", system, {"ws": ws, "n": n}, str(SCENARIOS / _SCRIPTS[system]), env, cap, once=once)
+
+
+def _judged(system: str, ws: int, n: int, plan: Plan) -> bool:
+    """Whether a target is judged on this run's figures: those repeat, the others run once.
+
+    A repetition costs minutes on a busy 2-core machine (torch's fresh class alone
+    takes seconds per test), so only the targets' figures get their medians.
+    """
+    if system == OURS_CONT and n == plan.start_n and ws in LAUNCH_TARGET_WORLD_SIZES:
+        return True
+    if system in (OURS_CONT, TORCH_CONT) and n == plan.dispatch_n and ws in plan.dispatch_world_sizes:
+        return True
+    return system == OURS_FRESH and n == plan.dispatch_n and ws == min(plan.suite_world_sizes)
+
+
+# World sizes whose launch to first result has a target (report.LAUNCH_TARGETS).
+LAUNCH_TARGET_WORLD_SIZES = (2, 4)
 
 
 def _floor_job(ws: int, plan: Plan) -> Job:
@@ -151,7 +166,7 @@ def _import_job(system: str) -> Job:
     """The launch floor: ``python -c "import torch; import <test module>"``."""
     module = IMPORT_MODULES[system]
     return Job("import", FLOOR, {"module": module}, "-c", {}, 120.0,
-               argv=["-c", f"import torch; import {module}"])
+               argv=["-c", f"import torch; import {module}"], once=system != OURS_CONT)
 
 
 def _fault_job(system: str, kind: str, plan: Plan) -> Job:
@@ -177,7 +192,9 @@ def groups(plan: Plan) -> List[List[Job]]:
     result: List[List[Job]] = [[_import_job(OURS_CONT), _import_job(TORCH_CONT)]]
     for ws in plan.suite_world_sizes:
         for n in plan.suite_sizes:
-            systems = [OURS_CONT, TORCH_CONT, OURS_FRESH]
+            systems = [OURS_CONT, TORCH_CONT]
+            if n != plan.dispatch_n or ws == min(plan.suite_world_sizes):  # ours fresh at 4 ranks: minutes
+                systems.append(OURS_FRESH)
             if n in plan.torch_fresh_sizes:
                 systems.append(TORCH_FRESH)
             result.append([_suite_job(s, ws, n, plan) for s in systems])
