@@ -114,6 +114,8 @@ def _marker_arg(marker: Any) -> Any:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the rank template once the tests are imported and before any runs, if a test needs ranks."""
+    if session.config.option.collectonly:
+        return
     if any(_test_class(item) is not None for item in session.items):
         from continuous_test import launch, template
 
