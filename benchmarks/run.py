@@ -60,6 +60,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"raw results (default {DEFAULT_JSON})")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: keeps the scripts working")
     parser.add_argument("--update-readme", action="store_true", help="rewrite README.rst's benchmark section")
+    parser.add_argument("--only", metavar="REGEX", help="run only the jobs whose progress name matches (a partial run)")
     parser.add_argument("--report-from", type=Path, metavar="JSON",
                         help="measure nothing: rebuild the tables (and README) from the runs of an earlier --json file")
     args = parser.parse_args(argv)
@@ -94,9 +95,11 @@ def _git(*args: str) -> str:
         return ""
 
 
-def execute(plan: plans.Plan, progress: TextIO) -> List[RunRecord]:
-    """Run every scheduled job, printing a line per measurement."""
-    order = plans.schedule(plan)
+def execute(plan: plans.Plan, progress: TextIO, only: Optional[str] = None) -> List[RunRecord]:
+    """Run every scheduled job (or those ``only`` matches), printing a line per measurement."""
+    import re
+
+    order = [(rep, job) for rep, job in plans.schedule(plan) if not only or re.search(only, plans.describe(job))]
     records = []
     for i, (rep, job) in enumerate(order, 1):
         record = run_job(job, rep)
@@ -171,7 +174,7 @@ def measure(args: argparse.Namespace, argv: List[str]) -> Tuple[plans.Plan, Dict
     plan = plans.Plan.smoke_plan() if args.smoke else plans.Plan.full(args.repeat)
     started = time.monotonic()
     meta = dict(machine(), repeat=plan.repeat, smoke=plan.smoke, command=" ".join(["run.py"] + argv))
-    records = execute(plan, sys.stderr)
+    records = execute(plan, sys.stderr, args.only)
     meta["duration_s"] = time.monotonic() - started
     return plan, meta, records
 

@@ -20,7 +20,8 @@ unless noted):
 * floors (scenarios/floor.py, in one test of a running world): ``collective_per_body_s``
   and ``fresh_per_body_s``, the loops' time per body; ``world_s``, joining a world
   (init_process_group and one all_reduce) in ranks already up.  ``import`` floors:
-  the wall time of ``python -c "import torch; import <test module>"``.
+  ``imported_s``, from launching ``python -c "import torch; import <test module>"``
+  to the end of its imports (its exit is not part of what a test waits for).
 * memory: VmHWM (peak resident set) and Pss of every process of the tree, read in
   the controller after the last test while the ranks still live.
 """
@@ -139,7 +140,11 @@ def _floor_metrics(record: RunRecord) -> Dict[str, Any]:
 
 
 def _import_metrics(record: RunRecord) -> Dict[str, Any]:
-    return {"wall_s": record.wall_s}
+    imported = [s["t"] for s in record.stamps if s["event"] == "imported"]
+    if not imported:
+        record.error = "the imports left no stamp"
+        return {}
+    return {"wall_s": record.wall_s, "imported_s": imported[0] - record.launched_at}
 
 
 def _fault_metrics(record: RunRecord) -> Dict[str, Any]:

@@ -81,7 +81,7 @@ def _draw_world_start(ax, values, plan: plans.Plan) -> None:
             if xs:
                 ax.errorbar(xs, ys, yerr=err, color=color, marker=marker, linestyle=line, capsize=3,
                             label=f"{plans.LABELS[system]}: {what}")
-    floor = _stat(values, f"import/floor/module{plans.IMPORT_MODULES[plans.OURS_CONT]}", "wall_s")
+    floor = _stat(values, f"import/floor/module{plans.IMPORT_MODULES[plans.OURS_CONT]}", "imported_s")
     if floor is not None:
         ax.axhline(floor.lo, color="gray", linestyle="--", label="floor: python -c 'import torch; import <test>' (best)")
     ax.set(xscale="log", yscale="log", xlabel="world size (ranks)", ylabel="seconds", title="World start")
