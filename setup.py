@@ -14,6 +14,8 @@ setup(
         "test": ["pytest>=7", "pytest-xdist", "pytest-cov>=7"],  # pytest-cov: test/test_coverage_support.py
         # Pinned: a new release of either may report new findings and turn CI red on its own.
         "lint": ["mypy==2.4.1", "ruff==0.17.6"],
+        # benchmarks/run.py draws its figure with matplotlib (optional: without it, no figure).
+        "bench": ["matplotlib>=3.5"],
     },
     package_data={"continuous_test": ["py.typed"]},  # users' type checkers see the public types
     entry_points={

@@ -5,14 +5,19 @@ Usage::
     python benchmarks/run.py [--repeat N] [--json PATH] [--smoke] [--update-readme]
     python benchmarks/run.py --report-from PATH [--update-readme]   # re-tabulate, measure nothing
 
+With --update-readme the README's section is rewritten from this run, its raw
+JSON is kept as benchmarks/results/readme.json (with the commit it measured)
+and its figure as benchmarks/results/benchmarks.png: every figure the README
+shows comes from that file.
+
 How data flows::
 
     plan.schedule ──(rep, job)──► measure.run_job ──► python scenarios/<file>.py
                                         │                (stamps file, exit, wall time)
                                         ▼
                                    RunRecord ──► analyze.collect ──► report.build ──► table
-                                                                                   ├─► JSON
-                                                                                   └─► docs/benchmarks.rst
+                                                         │                         ├─► JSON
+                                                         └─► plot.draw (PNG)       └─► docs/benchmarks.rst
 
 Each scenario runs for ``continuous_test``'s classes, torch's
 ``torch.testing._internal.common_distributed`` classes and a floor (the same
@@ -37,11 +42,14 @@ from typing import Any, Dict, List, Optional, TextIO, Tuple
 # benchlib lives next to this file; continuous_test in the checkout above it.
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
-from benchlib import analyze, readme, report  # noqa: E402
+from benchlib import analyze, plot, readme, report  # noqa: E402
 from benchlib import plan as plans  # noqa: E402
 from benchlib.measure import ROOT, RunRecord, run_job  # noqa: E402
 
-DEFAULT_JSON = ROOT / "benchmarks" / "results" / "latest.json"
+RESULTS = ROOT / "benchmarks" / "results"
+DEFAULT_JSON = RESULTS / "latest.json"
+README_JSON = RESULTS / "readme.json"  # the run the docs show, committed
+FIGURE = RESULTS / "benchmarks.png"
 # The full tables live in docs/; README.rst quotes a few rows (test/test_readme.py keeps them equal).
 README = ROOT / "docs" / "benchmarks.rst"
 
@@ -53,6 +61,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"raw results (default {DEFAULT_JSON})")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: keeps the scripts working")
     parser.add_argument("--update-readme", action="store_true", help="rewrite the results section of docs/benchmarks.rst")
+    parser.add_argument("--only", metavar="REGEX", help="run only the jobs whose progress name matches (a partial run)")
     parser.add_argument("--report-from", type=Path, metavar="JSON",
                         help="measure nothing: rebuild the tables (and docs/benchmarks.rst) from the runs of an earlier --json file")
     args = parser.parse_args(argv)
@@ -66,6 +75,10 @@ def machine() -> Dict[str, Any]:
     import torch
 
     return {
+        "commit": _git("rev-parse", "HEAD"),
+        # Uncommitted changes outside benchmarks/results when the run started: the
+        # commit alone would not say what was measured.
+        "dirty": bool(_git("status", "--porcelain", "--", ".", ":!benchmarks/results")),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -74,9 +87,20 @@ def machine() -> Dict[str, Any]:
     }
 
 
-def execute(plan: plans.Plan, progress: TextIO) -> List[RunRecord]:
-    """Run every scheduled job, printing a line per measurement."""
-    order = plans.schedule(plan)
+def _git(*args: str) -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", *args], cwd=str(ROOT), capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def execute(plan: plans.Plan, progress: TextIO, only: Optional[str] = None) -> List[RunRecord]:
+    """Run every scheduled job (or those ``only`` matches), printing a line per measurement."""
+    import re
+
+    order = [(rep, job) for rep, job in plans.schedule(plan) if not only or re.search(only, plans.describe(job))]
     records = []
     for i, (rep, job) in enumerate(order, 1):
         record = run_job(job, rep)
@@ -114,19 +138,26 @@ def results_json(records: List[RunRecord], values: Dict[str, Any], sections: Lis
     }
 
 
-def readme_content(text: str, meta: Dict[str, Any], plan: plans.Plan) -> str:
-    """The results section of docs/benchmarks.rst: how the figures were made, then the tables."""
+def readme_content(text: str, meta: Dict[str, Any], plan: plans.Plan, figure: bool) -> str:
+    """The results section of docs/benchmarks.rst: how the figures were made, the figure, then the tables."""
     import textwrap
 
     reps = f"{plan.repeat} repetition" + ("s" if plan.repeat != 1 else "")
+    commit = meta.get("commit") or "unknown"
+    state = " plus uncommitted changes" if meta.get("dirty") else ""
     intro = (
-        f"Measured by ``python benchmarks/{meta['command']}`` on {meta['date']}: {meta['cpus']} CPU "
-        f"cores (os.cpu_count()), torch {meta['torch']}, Python {meta['python']}, gloo on CPU; {reps}, "
-        f"median (min-max); the run took {meta['duration_s'] / 60:.1f} min.  Regenerate with ``python "
-        "benchmarks/run.py --update-readme``; ``benchmarks/README.rst`` explains the scenarios.  "
-        "Figures come from a shared machine and vary from run to run."
+        f"Measured by ``python benchmarks/{meta['command']}`` on {meta['date']} at commit {commit[:12]}{state}: "
+        f"{meta['cpus']} CPU cores (os.cpu_count()), torch {meta['torch']}, Python {meta['python']}, gloo "
+        f"on CPU; {reps}, median (min-max), floors the best repetition; the run took "
+        f"{meta['duration_s'] / 60:.1f} min.  Raw results: ``benchmarks/results/readme.json``.  Regenerate "
+        "with ``python benchmarks/run.py --update-readme``; ``benchmarks/README.rst`` explains the "
+        "scenarios.  Figures come from a shared machine and vary from run to run."
     )
-    return textwrap.fill(intro, 92, break_on_hyphens=False, break_long_words=False) + "\n\n" + text.strip("\n")
+    parts = [textwrap.fill(intro, 92, break_on_hyphens=False, break_long_words=False)]
+    if figure:
+        parts.append(f".. image:: ../benchmarks/results/{FIGURE.name}\n   :alt: suite time against N, and world "
+                     "start against world size")
+    return "\n\n".join(parts) + "\n\n" + text.strip("\n")
 
 
 def load(path: Path) -> Tuple[plans.Plan, Dict[str, Any], List[RunRecord]]:
@@ -144,7 +175,7 @@ def measure(args: argparse.Namespace, argv: List[str]) -> Tuple[plans.Plan, Dict
     plan = plans.Plan.smoke_plan() if args.smoke else plans.Plan.full(args.repeat)
     started = time.monotonic()
     meta = dict(machine(), repeat=plan.repeat, smoke=plan.smoke, command=" ".join(["run.py"] + argv))
-    records = execute(plan, sys.stderr)
+    records = execute(plan, sys.stderr, args.only)
     meta["duration_s"] = time.monotonic() - started
     return plan, meta, records
 
@@ -163,12 +194,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     errors = [r for r in records if r.error]
     for record in errors:
         print(f"ERROR: {record.key} (repetition {record.rep + 1}): {record.error}")
+    data = json.dumps(results_json(records, values, sections, meta), indent=1)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results_json(records, values, sections, meta), indent=1))
+    args.json.write_text(data)
     print(f"Raw results: {args.json}; the measurements took {meta['duration_s']:.0f} s")
+    figure_path = FIGURE if args.update_readme else args.json.with_suffix(".png")
+    why_not = plot.draw(values, plan, figure_path, f"continuous_test benchmarks, {meta['date']}, commit "
+                        f"{(meta.get('commit') or 'unknown')[:12]}, {meta['cpus']} CPU cores")
+    print(why_not or f"Figure: {figure_path}")
     if args.update_readme:
-        readme.update(README, readme_content(table, meta, plan))
-        print(f"Updated {README}")
+        README_JSON.write_text(data)
+        readme.update(README, readme_content(table, meta, plan, figure=why_not is None))
+        print(f"Updated {README}; its raw results: {README_JSON}")
     return 1 if errors else 0
 
 

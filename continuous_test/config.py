@@ -55,6 +55,7 @@ __all__ = [
     "parse_positive_int",
     "parse_choice",
     "start_method",
+    "START_METHODS",
     "torch_testcase_wanted",
     "resolve_device_type",
     "resolve_fresh",
@@ -286,16 +287,26 @@ def shutdown_timeout(cls: type, env: Mapping[str, str] = os.environ) -> float:
                           DEFAULT_SHUTDOWN_TIMEOUT, env)
 
 
+START_METHODS = ("fork", "forkserver", "spawn")
+
+
 def start_method(env: Mapping[str, str] = os.environ) -> str:
-    """The start method ranks use: the environment's choice, else forkserver, else spawn."""
+    """How ranks start: the environment's choice, else fork (Linux), else forkserver, else spawn.
+
+    ``fork`` forks the template from the controller itself and serves
+    multiprocessing's forkserver protocol from it, so it needs forkserver too
+    (see :mod:`continuous_test.template`).
+    """
     available = multiprocessing.get_all_start_methods()
+    choices = [m for m in START_METHODS if m in available and (m != "fork" or "forkserver" in available)]
     wanted = env.get(ENV_START_METHOD, "").strip()
     if wanted:
-        choices = tuple(m for m in ("forkserver", "spawn") if m in available)
         if wanted not in choices:
             raise ConfigError(BAD_START_METHOD.format(value=wanted, choices=", ".join(choices)))
         return wanted
-    return "forkserver" if "forkserver" in available else "spawn"
+    if "fork" in choices and sys.platform.startswith("linux"):
+        return "fork"
+    return "forkserver" if "forkserver" in choices else "spawn"
 
 
 def torch_testcase_wanted(env: Mapping[str, str] = os.environ) -> Optional[bool]:

@@ -31,6 +31,7 @@ __all__ = [
     "pytest_configure",
     "pytest_collection_modifyitems",
     "pytest_runtest_protocol",
+    "pytest_collection_finish",
     "pytest_runtest_makereport",
     "pytest_runtest_teardown",
     "pytest_report_header",
@@ -211,6 +212,17 @@ def _marker_arg(marker: Any) -> Any:
     if marker.args:
         return marker.args[0]
     return next(iter(marker.kwargs.values()), None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the rank template once the tests are imported and before any runs, if a test needs ranks."""
+    if session.config.option.collectonly:
+        return
+    if any(_test_class(item) is not None for item in session.items):
+        from continuous_test import launch, template
+
+        if not launch.detect().is_launcher:
+            template.prepare()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -68,6 +68,10 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     launch = detect()
     export_env(launch)
     silent = launch.is_launcher and launch.rank != 0
+    if not launch.is_launcher:
+        from continuous_test import template
+
+        template.prepare_for(module)  # fork the rank template now, before any test ran
     runner = _SilentRunner if silent else ContinuousTestRunner
     loader = unittest.TestLoader()
     seed = config.shuffle_seed()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,24 +15,27 @@ from helpers import ROOT
 
 RUN = ROOT / "benchmarks" / "run.py"
 SMOKE_TIMEOUT = 600  # a guard against hangs, never a performance assertion
-SCENARIOS = ("suite", "world_start", "negative", "faults", "memory")
-# Rows of the smoke run's tables (N=2, 2 ranks), by their first column.
+SCENARIOS = ("suite", "world_start", "negative", "dispatch", "faults", "memory")
+# Rows of the smoke run's tables (N=1 and 2, 2 ranks), by their first column.
 EXPECTED_ROWS = {
     "suite": [
+        "N=1, 2 ranks, continuous: whole suite",
+        "N=1, 2 ranks, fresh: whole suite",
         "N=2, 2 ranks, continuous: whole suite",
         "N=2, 2 ranks, continuous: suite part: first test (world start)",
-        "N=2, 2 ranks, continuous: test phase per test",
-        "N=2, 2 ranks, continuous: per test beyond floor",
+        "N=2, 2 ranks, continuous: per test",
+        "N=2, 2 ranks, fresh: per test",
         "N=2, 2 ranks, ours continuous vs torch fresh: whole suite",
-        "N=2, 2 ranks, ours continuous vs torch fresh: test phase per test",
-        "N=2, 2 ranks, fresh: test phase per test",
     ],
-    "world_start": ["2 ranks: first test", "2 ranks: launch to first result"],
-    "negative": ["2 ranks: per test"],
+    "world_start": ["launch floor: import torch and the test module", "2 ranks: first test",
+                    "2 ranks: launch to first result"],
+    "negative": ["2 ranks: per test", "2 ranks: per test beyond floor"],
+    "dispatch": ["2 ranks: per test", "2 ranks: per test beyond floor"],
     "faults": [f"{kind}: fault to next test's {what}" for kind in ("assert", "exit", "hang")
                for what in ("body", "result")],
     "memory": ["controller peak RSS", "per-rank peak RSS (max over ranks)", "whole process tree PSS"],
 }
+FIGURE_UNIT = re.compile(r"^-?[\d.]+(?: \([\d.-]+-[\d.-]+\))? (s|ms|MB)$|^-?[\d./]+x(?: \(1/\d+\))?$|^-$")
 
 
 class Smoke:
@@ -57,6 +61,9 @@ def smoke(tmp_path_factory) -> Smoke:
         stdout, stderr = proc.communicate()
         pytest.fail(f"benchmarks/run.py --smoke did not finish within {SMOKE_TIMEOUT} s\n{stdout}\n{stderr[-6000:]}")
     data = json.loads(out.read_text()) if out.exists() else {}
+    figure = out.with_suffix(".png")
+    if figure.exists():
+        figure.unlink()
     return Smoke(proc.returncode, stdout, stderr, data)
 
 
@@ -77,18 +84,18 @@ def test_json_has_every_scenario_with_numbers(smoke):
 
 def test_json_compares_with_torch_and_the_floor(smoke):
     suite = {row["measurement"]: row for row in smoke.data["scenarios"]["suite"]}
-    row = suite["N=2, 2 ranks, continuous: test phase per test"]
+    row = suite["N=2, 2 ranks, continuous: per test"]
     assert isinstance(row["torch"]["median"], (int, float)), row
     assert isinstance(row["floor"]["median"], (int, float)), row
     assert isinstance(row["ratio"], (int, float)), row
-    fresh = suite["N=2, 2 ranks, fresh: test phase per test"]
+    fresh = suite["N=2, 2 ranks, fresh: per test"]
     assert isinstance(fresh["torch"]["median"], (int, float)), fresh
 
 
 def test_json_keeps_the_raw_runs_and_the_machine(smoke):
     meta = smoke.data["meta"]
     assert meta["cpus"] == os.cpu_count() and meta["smoke"] is True, meta
-    assert {"torch", "python", "date"} <= set(meta), meta
+    assert {"torch", "python", "date", "commit", "dirty"} <= set(meta), meta
     runs = smoke.data["runs"]
     systems = {run["system"] for run in runs}
     assert systems == {"ours-continuous", "torch-continuous", "ours-fresh", "torch-fresh", "floor"}, systems
@@ -97,7 +104,8 @@ def test_json_keeps_the_raw_runs_and_the_machine(smoke):
 
 def test_table_has_the_expected_rows(smoke):
     lines = smoke.stdout.splitlines()
-    for title in ("1. Suite time", "2. World start", "3. Negative tests", "4. Faults", "5. Memory"):
+    for title in ("1. Suite time", "2. World start", "3. Fresh world per test", "4. Per-test dispatch", "5. Faults",
+                  "6. Memory"):
         assert title in lines, smoke.describe()
     for labels in EXPECTED_ROWS.values():
         for label in labels:
@@ -108,7 +116,7 @@ def test_every_target_says_met_or_missed(smoke):
     targets = smoke.data["targets"]
     assert targets, smoke.describe()
     for target in targets:
-        assert target["status"] == "met" or target["status"].startswith("MISSED"), target
+        assert target["status"] in ("met", "invalid measurement") or target["status"].startswith("MISSED"), target
     summary = [line for line in smoke.stdout.split("Targets:", 1)[1].splitlines() if line.startswith("  ")]
     assert len(summary) == len(targets), smoke.describe()
 
@@ -117,6 +125,77 @@ def test_a_progress_line_per_measurement(smoke):
     progress = [line for line in smoke.stderr.splitlines() if line.startswith("[")]
     assert len(progress) == len(smoke.data["runs"]), smoke.describe()
     assert progress[-1].startswith(f"[{len(progress)}/{len(progress)}] rep 1/1 "), progress[-1]
+
+
+def test_every_figure_has_a_unit(smoke):
+    for name, rows in smoke.data["scenarios"].items():
+        for row in rows:
+            for cell in row["cells"][1:6]:  # the figure and ratio columns
+                if "not run" in cell or "skipped" in cell or "did not finish" in cell:
+                    continue
+                assert FIGURE_UNIT.match(cell), f"{name}: {row['measurement']}: cell {cell!r} has no unit"
+
+
+def test_figures_are_sane(smoke):
+    """No negative overhead and no floor above the system it bounds, unless the row says it is invalid."""
+    for name, rows in smoke.data["scenarios"].items():
+        for row in rows:
+            assert row["unit"] in ("s", "ms", "MB"), row
+            if row["status"] == "invalid measurement":
+                continue
+            for side in ("ours", "torch"):
+                stat = row[side]
+                if stat is None:
+                    continue
+                if row["overhead"]:
+                    assert stat["median"] >= 0, f"{name}: {row['measurement']}: negative overhead {stat}"
+                if row["floor"] is not None:
+                    assert row["floor"]["min"] <= stat["median"], f"{name}: {row['measurement']}: floor above {side}"
+
+
+def _benchlib():
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    from benchlib import analyze, report
+
+    return analyze, report
+
+
+def test_a_figure_below_its_floor_is_invalid_never_met():
+    analyze, report = _benchlib()
+    ms = analyze.Stat.of
+    row = report.Row("2 ranks: per test", "ms", ms([0.001] * 3), ms([0.004] * 3), floor=ms([0.002, 0.003, 0.002]))
+    row.set_target("ours/floor <= 2", 2.0, judged="floor_ratio")
+    assert row.status == report.MET  # 0.5 x the floor: "met", were the floor not checked
+    row.check_floor()
+    assert row.status == report.INVALID and row.invalid_because() == "ours below the floor"
+
+
+def test_a_negative_overhead_is_invalid():
+    analyze, report = _benchlib()
+    row = report.Row("beyond floor", "ms", analyze.Stat.of([-0.0005, 0.0001, -0.0002]), analyze.Stat.of([0.005]),
+                     overhead=True)
+    row.set_target("ours/torch <= 0.5", 0.5)
+    row.check_floor()
+    assert row.status == report.INVALID and row.invalid_because() == "ours negative"
+
+
+def test_a_floor_is_its_best_repetition_and_every_cell_has_a_unit():
+    analyze, report = _benchlib()
+    row = report.Row("per test", "ms", analyze.Stat.of([0.010, 0.012, 0.011]), analyze.Stat.of([0.020] * 3),
+                     floor=analyze.Stat.of([0.004, 0.002, 0.003]))
+    cells = row.cells()
+    assert cells[1:6] == ["11.0 (10.0-12.0) ms", "20.0 (20.0-20.0) ms", "2.00 ms", "0.55x", "5.50x"], cells
+    assert row.floor_ratio == pytest.approx(0.011 / 0.002)
+
+
+def test_the_floor_leaves_nothing_behind(tmp_path):
+    env = helpers.scenario_env({"TMPDIR": str(tmp_path), "BENCH_N": "2", "BENCH_N_FRESH": "2",
+                                "BENCH_STAMPS": str(tmp_path / "stamps.jsonl")})
+    proc = subprocess.run([sys.executable, "floor.py"], cwd=str(ROOT / "benchmarks" / "scenarios"), env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=helpers.RUN_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stamps.jsonl"]
 
 
 if __name__ == "__main__":

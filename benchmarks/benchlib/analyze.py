@@ -17,6 +17,11 @@ unless noted):
 * faults: ``next_start_s`` runs from the ``fault`` stamp of the faulty rank to rank
   0 starting the next test's body; ``next_result_s`` to the controller recording
   the next test's outcome.
+* floors (scenarios/floor.py, in one test of a running world): ``collective_per_body_s``
+  and ``fresh_per_body_s``, the loops' time per body; ``world_s``, joining a world
+  (init_process_group and one all_reduce) in ranks already up.  ``import`` floors:
+  ``imported_s``, from launching ``python -c "import torch; import <test module>"``
+  to the end of its imports (its exit is not part of what a test waits for).
 * memory: VmHWM (peak resident set) and Pss of every process of the tree, read in
   the controller after the last test while the ranks still live.
 """
@@ -63,6 +68,8 @@ def run_metrics(record: RunRecord) -> Dict[str, Any]:
         return _floor_metrics(record)
     if record.scenario == "fault":
         return _fault_metrics(record)
+    if record.scenario == "import":
+        return _import_metrics(record)
     raise ValueError(f"unknown scenario {record.scenario!r}")
 
 
@@ -122,17 +129,22 @@ def _floor_metrics(record: RunRecord) -> Dict[str, Any]:
         record.error = "the floor left no timings"
         return {}
     collective, fresh = by_event["floor_collective"][0], by_event["floor_fresh"][0]
-    ranks = [s["hwm_kb"] for s in by_event.get("rank_memory", []) if s.get("rank", -1) >= 0 and s.get("hwm_kb")]
     metrics: Dict[str, Any] = {
         "wall_s": record.wall_s,
         "world_s": min(s["seconds"] for s in by_event["floor_world"]),
         "collective_per_body_s": collective["seconds"] / max(1, collective["n"]),
-        "fresh_per_body_s": fresh["seconds"] / max(1, fresh["n"]),
     }
-    if ranks:
-        metrics["rank_hwm_mb"] = max(ranks) / 1024
-        metrics["tree_pss_mb"] = sum(s.get("pss_kb") or 0 for s in by_event["rank_memory"]) / 1024
+    if fresh["n"] > 1:  # one fresh body is only the join (world_s)
+        metrics["fresh_per_body_s"] = fresh["seconds"] / fresh["n"]
     return metrics
+
+
+def _import_metrics(record: RunRecord) -> Dict[str, Any]:
+    imported = [s["t"] for s in record.stamps if s["event"] == "imported"]
+    if not imported:
+        record.error = "the imports left no stamp"
+        return {}
+    return {"wall_s": record.wall_s, "imported_s": imported[0] - record.launched_at}
 
 
 def _fault_metrics(record: RunRecord) -> Dict[str, Any]:

@@ -44,6 +44,8 @@ class Job:
     cap_s: float
     expect_success: bool = True
     once: bool = False  # measured in the first repetition only
+    # The interpreter's arguments; None: just the script.
+    argv: Optional[List[str]] = None
 
     @property
     def key(self) -> str:
@@ -89,7 +91,7 @@ def run_job(job: Job, rep: int) -> RunRecord:
         env = dict(base_env(), **job.env, BENCH_STAMPS=stamps_path)
         with open(out_path, "wb") as out:
             launched_at = time.monotonic()
-            proc = subprocess.Popen([sys.executable, job.script], cwd=str(SCENARIOS), env=env,
+            proc = subprocess.Popen([sys.executable] + (job.argv or [job.script]), cwd=str(SCENARIOS), env=env,
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             returncode, timed_out = _wait_bounded(proc, job.cap_s)

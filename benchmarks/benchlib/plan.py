@@ -20,6 +20,7 @@ __all__ = [
     "FLOOR",
     "LABELS",
     "FAULT_KINDS",
+    "IMPORT_MODULES",
     "Plan",
     "groups",
     "schedule",
@@ -37,7 +38,7 @@ LABELS = {
     TORCH_CONT: "torch MultiProcContinuousTest",
     OURS_FRESH: "continuous_test.MultiProcessTestCase",
     TORCH_FRESH: "torch MultiProcessTestCase",
-    FLOOR: "floor (plain ranks, no framework)",
+    FLOOR: "floor",
 }
 _SCRIPTS = {
     OURS_CONT: "ours_continuous.py",
@@ -54,10 +55,13 @@ class Plan:
     """The settings of one benchmark run (full or smoke)."""
 
     repeat: int = 3
-    suite_sizes: Tuple[int, ...] = (24, 240)
+    suite_sizes: Tuple[int, ...] = (1, 4, 240)
     suite_world_sizes: Tuple[int, ...] = (2, 4)
-    torch_fresh_sizes: Tuple[int, ...] = (24,)
+    # torch's MultiProcessTestCase costs seconds per test: only the small suites.
+    torch_fresh_sizes: Tuple[int, ...] = (1, 4)
     start_world_sizes: Tuple[int, ...] = (2, 4, 8)
+    # Where per-test dispatch is judged against torch's (at the largest suite size).
+    dispatch_world_sizes: Tuple[int, ...] = (4, 8)
     fault_kinds: Tuple[str, ...] = FAULT_KINDS
     torch_fault_kinds: Tuple[str, ...] = FAULT_KINDS
     grace_s: Optional[float] = None  # None: continuous_test's default grace period
@@ -69,7 +73,8 @@ class Plan:
     torch_test_timeout_s: int = 30
     torch_fault_cap_s: float = 60.0
     ours_fault_cap_s: float = 120.0
-    floor_fresh_n: int = 24
+    floor_n: int = 240  # suite bodies in the floor's loop
+    floor_fresh_n: int = 24  # fresh-world bodies in the floor's loop
     smoke: bool = False
 
     @classmethod
@@ -84,10 +89,9 @@ class Plan:
         torch's fault runs are left out: each costs its 10 s process-group timeout or
         more, and they run the same scenario file as the suite.
         """
-        return cls(repeat=1, suite_sizes=(2,), suite_world_sizes=(2,), torch_fresh_sizes=(2,),
-                   start_world_sizes=(2,), torch_fault_kinds=(), grace_s=1.0,
-                   hang_limit_s=2.0, torch_fault_cap_s=60.0, floor_fresh_n=2,
-                   smoke=True)
+        return cls(repeat=1, suite_sizes=(1, 2), suite_world_sizes=(2,), torch_fresh_sizes=(1, 2),
+                   start_world_sizes=(2,), dispatch_world_sizes=(2,), torch_fault_kinds=(), grace_s=1.0,
+                   hang_limit_s=2.0, torch_fault_cap_s=60.0, floor_n=2, floor_fresh_n=2, smoke=True)
 
     @property
     def grace(self) -> float:
@@ -98,13 +102,31 @@ class Plan:
 
     @property
     def start_n(self) -> int:
-        """Suite size of the world-start runs at world sizes no suite run covers."""
+        """Suite size of the world-start runs: one trivial test, where suites ran; else the dispatch size."""
         return min(self.suite_sizes)
+
+    @property
+    def dispatch_n(self) -> int:
+        """Suite size of the runs per-test dispatch is judged on."""
+        return max(self.suite_sizes)
+
+    @property
+    def fresh_n(self) -> int:
+        """Suite size torch's fresh-world figures come from: the largest one its fresh class runs."""
+        return max(self.torch_fresh_sizes)
 
     @property
     def memory_n(self) -> int:
         """Suite size of the runs that also measure memory (at 2 ranks)."""
         return max(self.suite_sizes)
+
+    @property
+    def world_sizes(self) -> Tuple[int, ...]:
+        """Every world size some job runs at."""
+        return tuple(sorted(set(self.suite_world_sizes) | set(self.start_world_sizes) | set(self.dispatch_world_sizes)))
+
+
+IMPORT_MODULES = {OURS_CONT: "ours_continuous", TORCH_CONT: "torch_continuous"}
 
 
 def _suite_job(system: str, ws: int, n: int, plan: Plan) -> Job:
@@ -113,17 +135,40 @@ def _suite_job(system: str, ws: int, n: int, plan: Plan) -> Job:
         env["BENCH_MEMORY"] = "1"
     # A guard against hangs, never a measurement limit: torch's fresh ranks take seconds per test.
     cap = 120.0 + n * (40.0 if system == TORCH_FRESH else 2.0) * max(1, ws // 2)
-    # torch's fresh class costs minutes per suite; beyond the smallest world size
-    # (where the targets are) one run is enough to show its pace.
-    once = system == TORCH_FRESH and ws != min(plan.suite_world_sizes)
+    once = not _judged(system, ws, n, plan)
     return Job("suite", system, {"ws": ws, "n": n}, str(SCENARIOS / _SCRIPTS[system]), env, cap, once=once)
 
 
-def _floor_job(ws: int, n: int, plan: Plan) -> Job:
-    env = {"BENCH_N": str(n), "BENCH_N_FRESH": str(min(n, plan.floor_fresh_n)), "BENCH_WORLD_SIZE": str(ws)}
-    if ws == 2 and n == plan.memory_n:
-        env["BENCH_MEMORY"] = "1"
-    return Job("floor", FLOOR, {"ws": ws, "n": n}, str(SCENARIOS / _SCRIPTS[FLOOR]), env, 300.0)
+def _judged(system: str, ws: int, n: int, plan: Plan) -> bool:
+    """Whether a target is judged on this run's figures: those repeat, the others run once.
+
+    A repetition costs minutes on a busy 2-core machine (torch's fresh class alone
+    takes seconds per test), so only the targets' figures get their medians.
+    """
+    if system == OURS_CONT and n == plan.start_n and ws in LAUNCH_TARGET_WORLD_SIZES:
+        return True
+    if system in (OURS_CONT, TORCH_CONT) and n == plan.dispatch_n and ws in plan.dispatch_world_sizes:
+        return True
+    return system == OURS_FRESH and n == plan.dispatch_n and ws == min(plan.suite_world_sizes)
+
+
+# World sizes whose launch to first result has a target (report.LAUNCH_TARGETS).
+LAUNCH_TARGET_WORLD_SIZES = (2, 4)
+
+
+def _floor_job(ws: int, plan: Plan) -> Job:
+    fresh = plan.floor_fresh_n if ws in plan.suite_world_sizes else 1  # 1: only the join
+    env = {"BENCH_N": str(plan.floor_n), "BENCH_N_FRESH": str(fresh), "BENCH_WORLD_SIZE": str(ws)}
+    return Job("floor", FLOOR, {"ws": ws}, str(SCENARIOS / _SCRIPTS[FLOOR]), env, 300.0)
+
+
+def _import_job(system: str) -> Job:
+    """The launch floor: ``python -c "import torch; import <test module>"``, up to the imports' end."""
+    module = IMPORT_MODULES[system]
+    # Timed from launch to the stamp after the imports: the interpreter's exit
+    # (over a second with torch loaded, on a busy machine) is no part of a floor.
+    code = f"import torch; import {module}; import scenario_common; scenario_common.stamp('imported')"
+    return Job("import", FLOOR, {"module": module}, "-c", {}, 120.0, argv=["-c", code], once=system != OURS_CONT)
 
 
 def _fault_job(system: str, kind: str, plan: Plan) -> Job:
@@ -137,25 +182,28 @@ def _fault_job(system: str, kind: str, plan: Plan) -> Job:
         env["BENCH_PG_TIMEOUT"] = f"{plan.torch_pg_timeout_s:g}"
         env["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(plan.torch_test_timeout_s)
         cap = plan.torch_fault_cap_s
-    # torch's hang is known never to finish: one capped run is its lower bound.
-    once = system == TORCH_CONT and kind == "hang"
+    # torch's fault runs take their process-group timeout or more each (and the
+    # hang is known never to finish): one run shows how they end.
+    once = system == TORCH_CONT
     return Job("fault", system, {"kind": kind}, str(SCENARIOS / _SCRIPTS[system]), env, cap,
                expect_success=False, once=once)
 
 
 def groups(plan: Plan) -> List[List[Job]]:
     """Every group of side-by-side jobs, in run order."""
-    result: List[List[Job]] = []
+    result: List[List[Job]] = [[_import_job(OURS_CONT), _import_job(TORCH_CONT)]]
     for ws in plan.suite_world_sizes:
         for n in plan.suite_sizes:
-            systems = [OURS_CONT, TORCH_CONT, OURS_FRESH]
+            systems = [OURS_CONT, TORCH_CONT]
+            if n != plan.dispatch_n or ws == min(plan.suite_world_sizes):  # ours fresh at 4 ranks: minutes
+                systems.append(OURS_FRESH)
             if n in plan.torch_fresh_sizes:
                 systems.append(TORCH_FRESH)
-            result.append([_suite_job(s, ws, n, plan) for s in systems] + [_floor_job(ws, n, plan)])
-    for ws in plan.start_world_sizes:
+            result.append([_suite_job(s, ws, n, plan) for s in systems])
+    for ws in plan.world_sizes:
         if ws not in plan.suite_world_sizes:
-            n = plan.start_n
-            result.append([_suite_job(s, ws, n, plan) for s in (OURS_CONT, TORCH_CONT)] + [_floor_job(ws, n, plan)])
+            result.append([_suite_job(s, ws, plan.dispatch_n, plan) for s in (OURS_CONT, TORCH_CONT)])
+    result.append([_floor_job(ws, plan) for ws in plan.world_sizes])
     for kind in plan.fault_kinds:
         systems = [OURS_CONT] + ([TORCH_CONT] if kind in plan.torch_fault_kinds else [])
         result.append([_fault_job(s, kind, plan) for s in systems])

@@ -1,0 +1,79 @@
+"""The rank template: forked from the controller when safe, a fresh interpreter otherwise; never a deadlock."""
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+
+import helpers
+from helpers import pytest_counts, unittest_counts
+
+SCENARIO = "test_template_fork.py"
+# A guard against a deadlocked rank: each test body takes well under a second.
+ENV = {"PRINT_TEMPLATE_KIND": "1", "CONTINUOUS_TEST_TIMEOUT": "60"}
+
+
+def describe(proc) -> str:
+    return f"exit code {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr[-4000:]}"
+
+
+def test_run_tests_forks_the_template_before_any_test_runs():
+    # The controller runs intra-op parallel work in its first test, after the
+    # template was forked: the ranks are unaffected.
+    proc = helpers.python(SCENARIO, env=ENV)
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
+    assert "template kind: fork" in proc.stdout, describe(proc)
+
+
+def test_pytest_forks_the_template_after_collection():
+    proc = helpers.pytest(SCENARIO, "-p", "no:randomly", env=ENV)
+    assert proc.returncode == 0, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 4}, describe(proc)
+    assert "template kind: fork" in proc.stdout, describe(proc)
+
+
+def test_parallel_work_before_the_template_falls_back_to_a_fresh_interpreter():
+    # OpenMP's pool exists before the fork: the template's probe child deadlocks,
+    # so ranks come from a fresh interpreter that does not import the test file.
+    proc = helpers.python(SCENARIO, env=dict(ENV, PARALLEL_AT_IMPORT="1"))
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
+    assert "template kind: forkserver" in proc.stdout, describe(proc)
+
+
+def test_a_template_made_lazily_after_parallel_work_is_probed():
+    # python -m unittest calls no run_tests(): the template is made at the first
+    # world start, after the controller's parallel work.
+    proc = helpers.run([sys.executable, "-m", "unittest", "test_template_fork"], env=ENV)
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
+    assert "template kind: forkserver" in proc.stdout, describe(proc)
+
+
+def test_the_fresh_interpreter_template_on_request():
+    proc = helpers.python(SCENARIO, env=dict(ENV, CONTINUOUS_TEST_START_METHOD="forkserver"))
+    assert proc.returncode == 0, describe(proc)
+    assert "template kind: forkserver" in proc.stdout, describe(proc)
+
+
+def test_a_controller_with_a_second_thread_is_not_forked():
+    from continuous_test import template
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert template.fork_hazard() == "the controller runs more than one Python thread"
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_bad_start_method_lists_the_choices(monkeypatch):
+    from continuous_test import template
+
+    monkeypatch.setenv("CONTINUOUS_TEST_START_METHOD", "thread")
+    with pytest.raises(ValueError, match="expected one of fork, forkserver, spawn"):
+        template.start_method()
