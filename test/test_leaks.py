@@ -40,6 +40,24 @@ def test_a_module_replaced_after_a_reused_copy_is_still_seen():
     assert report.leaks[0].item == "sys.modules['json']" and sys.modules["json"] is json
 
 
+def test_filters_a_newly_imported_module_sets_for_its_own_warnings_are_not_a_leak(tmp_path, monkeypatch):
+    # As sympy does on import, which torch's assert_close imports lazily.
+    (tmp_path / "ct_own_warning.py").write_text(
+        "import warnings\n"
+        "class OwnWarning(DeprecationWarning):\n    pass\n"
+        "warnings.simplefilter('once', OwnWarning)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = leaks.take()
+    importlib.import_module("ct_own_warning")
+    try:
+        assert leaks.check(before, "restore") is None
+    finally:
+        sys.modules.pop("ct_own_warning", None)
+        warnings.filters[:] = [f for f in warnings.filters if getattr(f[2], "__module__", "") != "ct_own_warning"]
+    report = _check(lambda: warnings.simplefilter("ignore", UserWarning))
+    assert report.leaks[0].item == "warnings filters"
+
+
 def test_default_dtype_is_reported_and_put_back():
     report = _check(lambda: torch.set_default_dtype(torch.float64))
     assert report.leaks == (leaks.Leak("torch default dtype", "torch.float32", "torch.float64", True),)
