@@ -28,6 +28,12 @@ BAD_START_METHOD = (
     "expected one of {choices}"
 )
 _context: Optional[BaseContext] = None
+TORCH_TESTING_MODULES = (
+    "torch.testing._internal.common_utils",
+    "torch.testing._internal.common_distributed",
+    "torch.testing._internal.distributed._tensor.common_dtensor",
+    "torch.testing._internal.common_fsdp",
+)
 
 
 def start_method() -> str:
@@ -45,6 +51,12 @@ def start_method() -> str:
 def preload_modules() -> List[str]:
     """Modules the template imports before forking any rank."""
     modules = ["torch", "torch.distributed", "numpy", "continuous_test.case", "continuous_test.worker"]
+    # torch's testing helpers cost a second per import (they import dynamo); a rank
+    # that imports its test module under pytest finds them already loaded.
+    modules += [name for name in TORCH_TESTING_MODULES if name in sys.modules]
+    migrate = sys.modules.get("continuous_test.migrate")
+    if migrate is not None and migrate.in_use():
+        modules.append("continuous_test._migrate_template")
     main = sys.modules.get("__main__")
     if getattr(main, "__file__", None) and getattr(main, "__spec__", None) is None:
         # A test file run as a script: the template imports it too.
