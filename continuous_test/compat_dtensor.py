@@ -65,7 +65,7 @@ class DTensorTestBase(DTensorTestMixin, MultiProcessTestCase):
         self._spawn_processes()
 
 
-class DTensorContinuousTestBase(DTensorTestMixin, MultiProcContinuousTest):
+class DTensorContinuousTestBase(DTensorTestMixin, MultiProcContinuousTest):  # type: ignore[misc]  # device_type: torch's property
     """torch's ``DTensorContinuousTestBase``: one world per class; setUp/tearDown run on every rank."""
 
     world_size = -2  # torch's "unset": the default world size

@@ -81,7 +81,7 @@ def pytest_pycollect_makemodule(module_path: Any, parent: Any) -> Any:
 _module_class: Any = None
 
 
-def _migrated_module_class() -> type:
+def _migrated_module_class() -> Any:
     global _module_class
     if _module_class is None:
         import pytest
