@@ -37,7 +37,7 @@ EXPECTED = {
 
 
 # Files also run through pytest, under continuous_test's classes.
-UNDER_PYTEST = {"test_collectives.py", "test_dtensor_bases.py"}
+UNDER_PYTEST = {"test_collectives.py", "test_dtensor_bases.py", "test_fsdp_bases.py"}
 
 
 def compat_env(base: str) -> dict:
