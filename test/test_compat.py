@@ -36,6 +36,11 @@ EXPECTED = {
 }
 
 
+# A guard against hangs, never a performance assertion: under torch's classes,
+# test_dtensor_bases.py starts 4 interpreters for each of its 6 fresh-world tests
+# (160 s on an idle 2-core machine, 13 minutes on a loaded one).
+COMPAT_TIMEOUT = 1800
+
 # Files also run through pytest, under continuous_test's classes.
 UNDER_PYTEST = {"test_collectives.py", "test_dtensor_bases.py", "test_fsdp_bases.py"}
 
@@ -53,10 +58,10 @@ def run_all(runs: dict) -> dict:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_same_counts_as_torch(name):
-    runs = {base: (lambda base=base: helpers.python(name, cwd=COMPAT, env=compat_env(base)))
+    runs = {base: (lambda base=base: helpers.python(name, cwd=COMPAT, env=compat_env(base), timeout=COMPAT_TIMEOUT))
             for base in ("torch", "ours")}
     if name in UNDER_PYTEST:
-        runs["ours, pytest"] = lambda: helpers.pytest(name, cwd=COMPAT, env=compat_env("ours"))
+        runs["ours, pytest"] = lambda: helpers.pytest(name, cwd=COMPAT, env=compat_env("ours"), timeout=COMPAT_TIMEOUT)
     procs = run_all(runs)
     for how, proc in procs.items():
         assert proc.returncode == 0, f"{name} under {how}:\n{describe(proc)}"
@@ -79,7 +84,8 @@ def test_conftest_line_migrates_a_directory():
     # them ours, in the controller and in the ranks (the file checks which one a rank
     # sees); --noconftest keeps torch's.
     runs = {engine: (lambda engine=engine, flags=flags: helpers.pytest(
-                "migrated/test_migrated.py", *flags, cwd=COMPAT, env={"CT_EXPECT_ENGINE": engine}))
+                "migrated/test_migrated.py", *flags, cwd=COMPAT, env={"CT_EXPECT_ENGINE": engine},
+                timeout=COMPAT_TIMEOUT))
             for engine, flags in (("ours", ()), ("torch", ("--noconftest",)))}
     procs = run_all(runs)
     for engine, proc in procs.items():
@@ -121,7 +127,7 @@ def test_template_preloads_torch_testing_helpers_and_the_migration(monkeypatch):
 
 def test_continuous_setup_runs_on_every_rank_unlike_torch():
     procs = run_all({base: (lambda base=base: helpers.python("test_continuous_setup.py", cwd=COMPAT,
-                                                              env=compat_env(base)))
+                                                              env=compat_env(base), timeout=COMPAT_TIMEOUT))
                      for base in ("torch", "ours")})
     assert procs["ours"].returncode == 0, describe(procs["ours"])
     assert unittest_counts(procs["ours"].stderr) == {"ran": 2}, describe(procs["ours"])
