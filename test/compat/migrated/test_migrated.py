@@ -3,7 +3,8 @@
 The file imports nothing from ``continuous_test``.  Under pytest with the
 ``conftest.py`` of this directory its bases are continuous_test's; with
 ``--noconftest`` they stay torch's.  ``CT_EXPECT_ENGINE=ours|torch`` says which one the
-run must see, and the tests check it where the test body runs: in the ranks.
+run must see, and the tests check it where the test body runs: in the ranks.  Run as
+a script (no conftest.py), the file keeps torch's bases: ``CT_EXPECT_ENGINE=torch``.
 """
 import os
 
@@ -12,6 +13,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.testing._internal.common_distributed import MultiProcContinuousTest
 from torch.testing._internal.common_fsdp import FSDPTest
+from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     DTensorContinuousTestBase,
     DTensorTestBase,
@@ -58,3 +60,7 @@ class MigratedContinuousTest(DTensorContinuousTestBase):
 class MigratedFSDPTest(FSDPTest):
     def test_skipped_on_cpu(self):
         self.assertEqual(engine(type(self)), EXPECTED_ENGINE)
+
+
+if __name__ == "__main__":
+    run_tests()
