@@ -90,12 +90,24 @@ _context: Optional[BaseContext] = None
 _context_method: Optional[str] = None
 # The template forked from this process, if any (never more than one).
 _forked: Optional[_ForkedTemplate] = None
+TORCH_TESTING_MODULES = (
+    "torch.testing._internal.common_utils",
+    "torch.testing._internal.common_distributed",
+    "torch.testing._internal.distributed._tensor.common_dtensor",
+    "torch.testing._internal.common_fsdp",
+)
 
 
 def preload_modules(with_main: bool = True) -> List[str]:
     """Modules a fresh-interpreter template imports before forking any rank."""
     modules = ["torch", "torch.distributed", "numpy", "numpy.random", "continuous_test.case", "continuous_test.worker",
                "continuous_test._template_exit", "continuous_test._preload_recorder"]
+    # torch's testing helpers cost a second per import (they import dynamo); a rank
+    # that imports its test module under pytest finds them already loaded.
+    modules += [name for name in TORCH_TESTING_MODULES if name in sys.modules]
+    migrate = sys.modules.get("continuous_test.migrate")
+    if migrate is not None and migrate.in_use():
+        modules.append("continuous_test._migrate_template")
     main = sys.modules.get("__main__")
     main_file = getattr(main, "__file__", None)
     if with_main and main_file and getattr(main, "__spec__", None) is None:

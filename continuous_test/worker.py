@@ -41,6 +41,7 @@ from continuous_test.launch import RANK_MARKER_ENV
 from continuous_test import config, leaks, protocol, recorder
 from continuous_test.timeline import records_path
 from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult
+from continuous_test.outcome import _torch_skip_reason as torch_skip_reason
 from continuous_test.protocol import (
     DumpStacks,
     InitFailed,
@@ -255,7 +256,8 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
         _wait_for_shutdown(channel, spec)
         return
     except BaseException as exc:  # noqa: B902 - any init error is reported, not raised
-        channel.send(InitFailed(spec.rank, ErrorRecord.from_exception(exc)))
+        # torch's _init_pg overrides skip a whole class by sys.exit(TEST_SKIPS[...].exit_code).
+        channel.send(InitFailed(spec.rank, ErrorRecord.from_exception(exc), skip_reason=torch_skip_reason(exc)))
         _wait_for_shutdown(channel, spec)
         return
     channel.send(Ready(spec.rank))

@@ -31,11 +31,18 @@ EXPECTED = {
     "test_collectives.py": {"ran": 15, "skipped": 3},
     "test_dtensor.py": {"ran": 5},
     "test_device_type.py": {"ran": 8},
+    "test_dtensor_bases.py": {"ran": 15, "skipped": 2},
+    "test_fsdp_bases.py": {"ran": 7, "skipped": 4},
 }
 
 
+# A guard against hangs, never a performance assertion: under torch's classes,
+# test_dtensor_bases.py starts 4 interpreters for each of its 6 fresh-world tests
+# (160 s on an idle 2-core machine, 13 minutes on a loaded one).
+COMPAT_TIMEOUT = 1800
+
 # Files also run through pytest, under continuous_test's classes.
-UNDER_PYTEST = {"test_collectives.py"}
+UNDER_PYTEST = {"test_collectives.py", "test_dtensor_bases.py", "test_fsdp_bases.py"}
 
 
 def compat_env(base: str) -> dict:
@@ -51,10 +58,10 @@ def run_all(runs: dict) -> dict:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_same_counts_as_torch(name):
-    runs = {base: (lambda base=base: helpers.python(name, cwd=COMPAT, env=compat_env(base)))
+    runs = {base: (lambda base=base: helpers.python(name, cwd=COMPAT, env=compat_env(base), timeout=COMPAT_TIMEOUT))
             for base in ("torch", "ours")}
     if name in UNDER_PYTEST:
-        runs["ours, pytest"] = lambda: helpers.pytest(name, cwd=COMPAT, env=compat_env("ours"))
+        runs["ours, pytest"] = lambda: helpers.pytest(name, cwd=COMPAT, env=compat_env("ours"), timeout=COMPAT_TIMEOUT)
     procs = run_all(runs)
     for how, proc in procs.items():
         assert proc.returncode == 0, f"{name} under {how}:\n{describe(proc)}"
@@ -64,7 +71,69 @@ def test_same_counts_as_torch(name):
     if "ours, pytest" in procs:
         skipped = torch_counts.get("skipped", 0)
         expected = {"passed": torch_counts["ran"] - skipped, **({"skipped": skipped} if skipped else {})}
-        assert pytest_counts(procs["ours, pytest"].stdout) == expected, describe(procs["ours, pytest"])
+        counts = pytest_counts(procs["ours, pytest"].stdout)
+        counts.pop("subtests", None)  # run_subtests' blocks, which unittest's summary does not count
+        assert counts == expected, describe(procs["ours, pytest"])
+
+
+# -- a directory migrated by its conftest.py ----------------------------------------------
+
+
+def test_conftest_line_migrates_a_directory():
+    # test_migrated.py imports only torch's bases; the conftest.py of its directory makes
+    # them ours, in the controller and in the ranks (the file checks which one a rank
+    # sees); --noconftest keeps torch's.
+    runs = {engine: (lambda engine=engine, flags=flags: helpers.pytest(
+                "migrated/test_migrated.py", *flags, cwd=COMPAT, env={"CT_EXPECT_ENGINE": engine},
+                timeout=COMPAT_TIMEOUT))
+            for engine, flags in (("ours", ()), ("torch", ("--noconftest",)))}
+    procs = run_all(runs)
+    for engine, proc in procs.items():
+        assert proc.returncode == 0, f"under {engine}:\n{describe(proc)}"
+        assert pytest_counts(proc.stdout) == {"passed": 4, "skipped": 1}, describe(proc)
+
+
+def test_migrate_replaces_torch_names_only_while_importing(monkeypatch):
+    from torch.testing._internal.distributed._tensor import common_dtensor
+
+    from continuous_test import DTensorTestBase, migrate
+
+    monkeypatch.setattr(migrate, "_used", False)  # this process's own templates stay unmigrated
+    assert not migrate.in_use()
+
+    torch_base = common_dtensor.DTensorTestBase
+    assert torch_base is not DTensorTestBase
+    with migrate.replaced():
+        assert common_dtensor.DTensorTestBase is DTensorTestBase
+    assert common_dtensor.DTensorTestBase is torch_base
+    assert migrate.in_use()
+
+
+def test_template_preloads_torch_testing_helpers_and_the_migration(monkeypatch):
+    import torch.testing._internal.common_distributed  # noqa: F401 - a migrated file imported it
+
+    from continuous_test import migrate, template
+
+    monkeypatch.setattr(migrate, "_used", False)
+    assert "continuous_test._migrate_template" not in template.preload_modules()
+    with migrate.replaced():
+        modules = template.preload_modules()
+    assert "torch.testing._internal.common_distributed" in modules
+    assert "continuous_test._migrate_template" in modules
+
+
+# -- continuous bases run setUp and tearDown on every rank --------------------------------
+
+
+def test_continuous_setup_runs_on_every_rank_unlike_torch():
+    procs = run_all({base: (lambda base=base: helpers.python("test_continuous_setup.py", cwd=COMPAT,
+                                                              env=compat_env(base), timeout=COMPAT_TIMEOUT))
+                     for base in ("torch", "ours")})
+    assert procs["ours"].returncode == 0, describe(procs["ours"])
+    assert unittest_counts(procs["ours"].stderr) == {"ran": 2}, describe(procs["ours"])
+    # torch's FSDPTestContinuous never runs setUp in a rank: its dynamo reset is missing there.
+    assert procs["torch"].returncode != 0, describe(procs["torch"])
+    assert "AssertionError: 0 not found in []" in procs["torch"].stderr, describe(procs["torch"])
 
 
 # -- torch's ``self.test_x.__wrapped__`` idiom ------------------------------------------
