@@ -233,7 +233,7 @@ def test_same_verdicts_as_torchs_assert_equal():
 
 def test_exact_is_coalesced_is_checked_when_asked():
     i = torch.tensor([[0, 0], [1, 1]])
-    uncoalesced = torch.sparse_coo_tensor(i, torch.tensor([1.0, 2.0]), (2, 2))
+    uncoalesced = torch.sparse_coo_tensor(i, torch.tensor([1.0, 2.0]), (2, 2), check_invariants=True)
     coalesced = uncoalesced.coalesce()
     case.assertEqual(uncoalesced, coalesced)  # the same values
     with pytest.raises(AssertionError, match=r"is_coalesced\(\) differs: False != True"):
