@@ -19,12 +19,11 @@
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import Any, List, Optional
 
 import pytest
 
-if TYPE_CHECKING:
-    pass
+from continuous_test.config import Overrides  # light: no torch
 
 __all__ = [
     "pytest_addoption",
@@ -61,8 +60,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("ct_world_size", WORLD_SIZE_HELP, default=None)
 
 
-_OVERRIDES = pytest.StashKey["Overrides"]()
-_MARKED = pytest.StashKey["Overrides"]()
+_OVERRIDES = pytest.StashKey[Overrides]()
+_MARKED = pytest.StashKey[Overrides]()
 _SAVED_ENV = pytest.StashKey[dict]()
 
 

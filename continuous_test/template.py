@@ -43,7 +43,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from continuous_test.config import BAD_START_METHOD, START_METHODS, start_method
 
@@ -236,7 +236,7 @@ def _forkserver_compatible() -> bool:
     """Whether this Python's forkserver has the internals a forked template fills in (3.9 to 3.13)."""
     from multiprocessing import forkserver
 
-    server = getattr(forkserver, "_forkserver", None)
+    server: Any = getattr(forkserver, "_forkserver", None)
     params = list(inspect.signature(forkserver.main).parameters)
     return (params == ["listener_fd", "alive_r", "preload", "main_path", "sys_path"]
             and all(hasattr(server, a) for a in ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid"))
@@ -253,7 +253,7 @@ def _fork_template() -> None:
     resource_tracker.ensure_running()  # before the fork: its fd is passed with every rank
     _import_what_ranks_use()
     listener = socket.socket(socket.AF_UNIX)
-    address = connection.arbitrary_address("AF_UNIX")
+    address = getattr(connection, "arbitrary_address")("AF_UNIX")  # multiprocessing's own, untyped
     listener.bind(address)
     if not util.is_abstract_socket_namespace(address):
         os.chmod(address, 0o600)
@@ -271,7 +271,7 @@ def _fork_template() -> None:
     listener.close()
     os.close(alive_r)
     os.close(status_w)
-    server = forkserver._forkserver
+    server: Any = forkserver._forkserver  # multiprocessing's private state, filled in as ensure_running() would
     server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
     _forked = _ForkedTemplate(pid, status_r)
 
@@ -358,9 +358,10 @@ def _confirm_forked() -> None:
 
 def _abandon_forked() -> None:
     """Stop the forked template; the next rank start launches a fresh-interpreter one."""
+    assert _forked is not None
     from multiprocessing import forkserver
 
-    server = forkserver._forkserver
+    server: Any = forkserver._forkserver  # multiprocessing's private state, filled in as ensure_running() would
     try:
         os.kill(_forked.pid, signal.SIGKILL)
     except ProcessLookupError:

@@ -67,7 +67,7 @@ class Floor(MultiProcContinuousTest):
         common.stamp("floor_world", rank=self.rank, seconds=time.monotonic() - t0)
         dist.destroy_process_group()
         for i in range(1, n_fresh):
-            common.fresh_body(lambda: init(i))
+            common.fresh_body(lambda i=i: init(i))
         if self.rank == 0:
             common.stamp("floor_fresh", seconds=time.monotonic() - t0, n=n_fresh)
 
