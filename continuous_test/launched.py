@@ -30,7 +30,8 @@ from typing import Dict, List, Optional
 
 from continuous_test import config, replay, worker
 from continuous_test.launch import Launch
-from continuous_test.outcome import FaultKind, RankFault, RankOutcome, Verdict, merge
+from continuous_test.outcome import FaultKind, RankFault, RankOutcome
+from continuous_test.report import Verdict, merge
 
 __all__ = [
     "run_in_place",

@@ -33,9 +33,10 @@ from typing import Any, Callable, Iterable, Optional, TypeVar, Union
 
 import torch
 
-from continuous_test import config, replay, worker
+from continuous_test import config, progress, replay, worker
 from continuous_test.case import TestCase
-from continuous_test.outcome import TEST_ERROR_EXIT_CODE, ExpectedExit, RankEnding, RankOutcome, Verdict, judge_endings
+from continuous_test.outcome import TEST_ERROR_EXIT_CODE, ExpectedExit, RankEnding, RankOutcome
+from continuous_test.report import Verdict, judge_endings
 from continuous_test.protocol import TestDone
 
 __all__ = ["MultiProcessTestCase", "expect_exit", "BAD_EXPECT_EXIT"]
@@ -185,6 +186,12 @@ class MultiProcessTestCase(TestCase):
         """torch's name for starting the ranks; the process class argument is ignored."""
         self._spawn_processes()
 
+    def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
+        """unittest's run; in the controller it first notes how verbose ``result`` is (heartbeats)."""
+        if worker.current() is None:
+            progress.observe(result)
+        return super().run(result)
+
     def _callSetUp(self) -> None:  # noqa: N802 - unittest's seam
         if worker.current() is None:
             super()._callSetUp()
@@ -199,7 +206,7 @@ class MultiProcessTestCase(TestCase):
             return
         __tracebackhide__ = True  # noqa: F841
         self._spawn_processes()
-        self._raise_verdict(self._judge())
+        replay.raise_verdict(self, self._judge())
 
     def _judge(self) -> Verdict:
         cls = type(self)
@@ -211,26 +218,12 @@ class MultiProcessTestCase(TestCase):
         check_codes = _lookup(getattr(self, "skip_return_code_checks", []), fn) is None
         limit = config.test_time_limit(cls, fn)
         grace = config.grace_period(cls)
-        waited, outputs = self._fresh.wait(limit, grace)
+        test = replay.short_id(self)
+        waited, outputs = self._fresh.wait(limit, grace, progress.for_test(test, limit, self._fresh.ranks))
         self._fresh.stop()
         endings = {r: RankEnding(r, waited.exits.get(r), _outcome(waited.replies.get(r))) for r in outputs}
-        return judge_endings(replay.short_id(self), len(endings), endings, expected, outputs,
+        return judge_endings(test, len(endings), endings, expected, outputs,
                              check_codes=check_codes, faults=waited.faults, time_limit=limit, grace=grace)
-
-    def _raise_verdict(self, verdict: Verdict) -> None:
-        __tracebackhide__ = True  # noqa: F841 - pytest starts the report at the ranks' tracebacks
-        for sid, sub in verdict.subtests:
-            if sub.status == "pass":
-                continue
-            params = {k: replay.ReprValue(v) for k, v in sid.params}
-            with self.subTest(sid.message, **params) if sid.message is not None else self.subTest(**params):
-                if sub.status == "skip":
-                    raise unittest.SkipTest(sub.skip_reason)
-                raise sub.error
-        if verdict.status == "skip":
-            raise unittest.SkipTest(verdict.skip_reason)
-        if verdict.status == "fail":
-            raise verdict.error
 
     # -- rank side ---------------------------------------------------------------------
 

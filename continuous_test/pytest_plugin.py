@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, List, Optional
 
 import pytest
@@ -20,6 +21,7 @@ import pytest
 __all__ = [
     "pytest_addoption",
     "pytest_configure",
+    "pytest_unconfigure",
     "pytest_collection_modifyitems",
     "pytest_runtest_protocol",
     "pytest_runtest_makereport",
@@ -27,6 +29,7 @@ __all__ = [
 ]
 
 TIMEOUT_HELP = "per-test time limit in seconds for distributed tests (overrides CONTINUOUS_TEST_TIMEOUT)"
+LIVE_OUTPUT_HELP = "print every rank's output while a distributed test runs, prefixed [rankN] (CONTINUOUS_TEST_LIVE_OUTPUT=1)"
 WORLD_SIZE_HELP = "world size for every distributed test class and @distributed function"
 
 
@@ -35,6 +38,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("continuous_test", "distributed tests (continuous_test)")
     group.addoption("--ct-timeout", dest="ct_timeout", default=None, metavar="SECONDS", help=TIMEOUT_HELP)
     group.addoption("--ct-world-size", dest="ct_world_size", default=None, metavar="N", help=WORLD_SIZE_HELP)
+    group.addoption("--ct-live-output", dest="ct_live_output", action="store_true", default=None,
+                    help=LIVE_OUTPUT_HELP)
     parser.addini("ct_timeout", TIMEOUT_HELP, default=None)
     parser.addini("ct_world_size", WORLD_SIZE_HELP, default=None)
 
@@ -59,6 +64,34 @@ def pytest_configure(config: pytest.Config) -> None:
     # Kept on this session's config, never in module globals: a later session in
     # the same process starts clean.
     config.stash[_OVERRIDES] = ct_config.Overrides(time_limit=limit, world_size=size)
+    _progress_through_terminal(config)
+
+
+def _progress_through_terminal(config: pytest.Config) -> None:
+    """Heartbeats (with -v) and live rank output go to pytest's terminal, past its capture."""
+    from continuous_test import progress
+
+    def emit(line: str, first: bool) -> None:
+        reporter = config.pluginmanager.getplugin("terminalreporter")
+        if reporter is None:  # an xdist worker: nobody sees its terminal
+            return
+        capman = config.pluginmanager.getplugin("capturemanager")
+        with capman.global_and_fixture_disabled() if capman is not None else _nothing():
+            reporter.write_line(line)
+
+    progress.use_pytest(config.option.verbose > 0, emit, config.getoption("ct_live_output"))
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Give progress back to unittest runners: a later run in this process is not pytest's."""
+    from continuous_test import progress
+
+    progress.use_unittest()
 
 
 def _setting(config: pytest.Config, name: str) -> tuple:
@@ -132,23 +165,44 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     if call.when != "call" or call.excinfo is None:
         return
-    ranks = getattr(call.excinfo.value, "ct_ranks", None)
+    error = call.excinfo.value
+    ranks = getattr(error, "ct_ranks", None)
     if not ranks:
         return
     report = outcome.get_result()
     others = []
     for rank, info in sorted(ranks.items()):
-        if info.status in ("passed", "skipped", "ended as expected"):
-            others.append(f"rank {rank}: {info.status}")
+        if not info.status.is_problem:
+            others.append(f"rank {rank}: {info.status.value}")
             continue
         body = info.detail.rstrip()
         if info.output.strip():
             body += f"\n--- output of rank {rank} ---\n{info.output.rstrip()}"
-        report.sections.append((f"rank {rank}: {info.status.replace('_', ' ')}", body + "\n"))
+        report.sections.append((f"rank {rank}: {info.status.value}", body + "\n"))
     if others:
         report.sections.append(("other ranks", "\n".join(others) + "\n"))
-    failing = ",".join(str(r) for r, info in sorted(ranks.items()) if info.status not in ("passed", "skipped", "ended as expected"))
+    for section in getattr(error, "ct_sections", ()):
+        report.sections.append((section.title, section.text.rstrip() + "\n"))
+    failing = ",".join(str(r) for r, info in sorted(ranks.items()) if info.status.is_problem)
     item.user_properties.append(("failing_ranks", failing))
+    _summary_message(item, report, call.excinfo)
+
+
+def _summary_message(item: pytest.Item, report: pytest.TestReport, excinfo: Any) -> None:
+    """Give the short test summary (``FAILED x.py::T::test - ...``) the first line of the report.
+
+    The ranks' tracebacks are all the report shows, and every frame of this
+    process is hidden, so pytest finds no frame to take the crash line from.
+    """
+    longrepr = report.longrepr
+    if getattr(longrepr, "reprcrash", False) is not None:
+        return
+    try:
+        from _pytest._code.code import ReprFileLocation
+    except ImportError:  # a pytest without it: the summary stays without a message
+        return
+    path, lineno, _ = item.location
+    longrepr.reprcrash = ReprFileLocation(path, (lineno or 0) + 1, excinfo.exconly(tryshort=True))
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) -> None:

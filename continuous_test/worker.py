@@ -38,7 +38,7 @@ import torch
 
 from continuous_test.launch import RANK_MARKER_ENV
 from continuous_test import protocol
-from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult
+from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult, take_expect_values
 from continuous_test.protocol import (
     DumpStacks,
     InitFailed,
@@ -426,7 +426,7 @@ def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
     unittest.TestCase.run(case, result)  # the real run, not the dispatching override
     _release_subgroups(groups)
     _flush()
-    return RankOutcome(rank, result.events, group_changed=default_group_changed())
+    return RankOutcome(rank, result.events, group_changed=default_group_changed(), expect_values=take_expect_values())
 
 
 def _group_names() -> set:

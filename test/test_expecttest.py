@@ -20,7 +20,7 @@ def test_wrong_expectation_fails(tmp_path):
     copy.write_text((helpers.SCENARIOS / "test_expect.py").read_text().replace('"""world of 2"""', '"""old"""'))
     proc = helpers.run([helpers.sys.executable, str(copy)], cwd=tmp_path)
     assert proc.returncode == 1, describe(proc)
-    assert "failed on rank(s) 0, 1 of 2" in proc.stderr, describe(proc)
+    assert "failed on ranks 0, 1 of 2" in proc.stderr, describe(proc)
 
 
 def test_accept_rewrites_the_file_once(tmp_path):

@@ -187,7 +187,7 @@ def test_death_is_seen_by_the_sentinel_while_a_grandchild_holds_the_pipe():
 def test_grace_period_waited_is_the_configured_one(cls, test):
     proc = run_class(cls)
     assert proc.returncode == 1, describe(proc)
-    assert "within the 1 s grace period after rank(s) 0 failed" in proc.stdout, describe(proc)
+    assert "within the 1 s grace period after rank 0 failed" in proc.stdout, describe(proc)
     waited = duration(proc.stdout, "call", test)
     # 1 s configured; ten times that would be 10 s.  The upper bound leaves room
     # for taking stacks and, for fresh ranks, starting them on a loaded machine.
