@@ -78,7 +78,9 @@ class ErrorRecord:
         """``module.Qualname``, or just the name for builtins."""
         if self.type_module == "builtins":
             return self.type_qualname
-        return f"{self.type_module}.{self.type_qualname}"
+        # A rank imports the script under test as __mp_main__; the user knows it as __main__.
+        module = "__main__" if self.type_module == "__mp_main__" else self.type_module
+        return f"{module}.{self.type_qualname}"
 
     def headline(self) -> str:
         """First line of the error, as ``Type: message``."""
