@@ -120,7 +120,8 @@ class TestDone:
     @classmethod
     def of(cls, rank: int, seq: int, outcome: RankOutcome) -> "TestDone":
         """The message for ``outcome``, compact when it is a plain pass."""
-        plain = not outcome.group_changed and outcome.requested_exit is None and outcome.events == [_PASSED]
+        plain = (not outcome.group_changed and outcome.requested_exit is None and not outcome.expect_values
+                 and outcome.events == [_PASSED])
         return cls(rank, seq, None if plain else outcome)
 
     def full_outcome(self) -> RankOutcome:

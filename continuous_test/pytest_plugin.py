@@ -185,24 +185,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.sections.append((section.title, section.text.rstrip() + "\n"))
     failing = ",".join(str(r) for r, info in sorted(ranks.items()) if info.status.is_problem)
     item.user_properties.append(("failing_ranks", failing))
-    _summary_message(item, report, call.excinfo)
-
-
-def _summary_message(item: pytest.Item, report: pytest.TestReport, excinfo: Any) -> None:
-    """Give the short test summary (``FAILED x.py::T::test - ...``) the first line of the report.
-
-    The ranks' tracebacks are all the report shows, and every frame of this
-    process is hidden, so pytest finds no frame to take the crash line from.
-    """
-    longrepr = report.longrepr
-    if getattr(longrepr, "reprcrash", False) is not None:
-        return
-    try:
-        from _pytest._code.code import ReprFileLocation
-    except ImportError:  # a pytest without it: the summary stays without a message
-        return
-    path, lineno, _ = item.location
-    longrepr.reprcrash = ReprFileLocation(path, (lineno or 0) + 1, excinfo.exconly(tryshort=True))
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) -> None:
