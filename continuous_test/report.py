@@ -263,7 +263,7 @@ def merge(
         main.setdefault(rank, _RankUnit(Status.PASS))
     _check_expect_values(test, outcomes, main)
     subtests = [(sid, _merge_unit(f"{test} {sid.describe()}", world_size, per_rank, outputs))
-                for sid, per_rank in units.items()]
+                for sid, per_rank in units.items() if sid is not None]
     if faults:
         error = _fault_error(test, world_size, main, faults, outputs, grace, time_limit, note)
         verdict = Verdict(Status.FAIL, error=error)
@@ -489,8 +489,8 @@ class _Report:
         text = self.text()
         error = etype(text) if etype is not None else _headed(self.records[0][1], text)
         _chain_causes(error, self.records)
-        error.ct_ranks = dict(sorted(self.statuses.items()))  # type: ignore[attr-defined]
-        error.ct_sections = list(self.sections)  # type: ignore[attr-defined]
+        error.ct_ranks = dict(sorted(self.statuses.items()))  # type: ignore[union-attr]
+        error.ct_sections = list(self.sections)  # type: ignore[union-attr]
         return error
 
 
@@ -560,7 +560,7 @@ def _report_str(self: BaseException) -> str:
 def _plain_reduce(self: BaseException):
     # Pickles as the rank's own type: the headed subclass exists only in this process.
     base = type(self).__bases__[0]
-    reduced = list(base.__reduce__(self))
+    reduced = list(base.__reduce__(self))  # type: ignore[call-arg]
     if reduced[0] is type(self):
         reduced[0] = base
     return tuple(reduced)

@@ -34,9 +34,9 @@ class ContinuousTestResult(unittest.TextTestResult):
 class ContinuousTestRunner(unittest.TextTestRunner):
     """A TextTestRunner that answers Ctrl-C with one line: the interrupted test and what ran."""
 
-    resultclass = ContinuousTestResult
+    resultclass = ContinuousTestResult  # type: ignore[assignment]
 
-    def _makeResult(self) -> unittest.TestResult:  # noqa: N802 - unittest's name
+    def _makeResult(self) -> unittest.TextTestResult:  # noqa: N802 - unittest's name
         self.last_result = super()._makeResult()
         return self.last_result
 
