@@ -25,6 +25,7 @@ __all__ = [
     "pytest_collection_modifyitems",
     "pytest_runtest_protocol",
     "pytest_runtest_makereport",
+    "pytest_runtest_makereport_hide_frames",
     "pytest_runtest_teardown",
 ]
 
@@ -170,21 +171,54 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if not ranks:
         return
     report = outcome.get_result()
+    from continuous_test.report import rank_list
+
     others = []
+    alike: dict = {}  # ranks that did not pass in the same way share one section
     for rank, info in sorted(ranks.items()):
         if not info.status.is_problem:
             others.append(f"rank {rank}: {info.status.value}")
             continue
-        body = info.detail.rstrip()
-        if info.output.strip():
-            body += f"\n--- output of rank {rank} ---\n{info.output.rstrip()}"
-        report.sections.append((f"rank {rank}: {info.status.value}", body + "\n"))
+        alike.setdefault((info.status, info.detail.rstrip(), info.output.rstrip()), []).append(rank)
+    for (status, detail, output), same in alike.items():
+        body = detail + (f"\n--- output of {rank_list(same)} ---\n{output}" if output.strip() else "")
+        report.sections.append((f"{rank_list(same)}: {status.value}", body + "\n"))
     if others:
         report.sections.append(("other ranks", "\n".join(others) + "\n"))
     for section in getattr(error, "ct_sections", ()):
         report.sections.append((section.title, section.text.rstrip() + "\n"))
     failing = ",".join(str(r) for r, info in sorted(ranks.items()) if info.status.is_problem)
     item.user_properties.append(("failing_ranks", failing))
+    _summary_message(item, report, call.excinfo)
+
+
+@pytest.hookimpl(specname="pytest_runtest_makereport")
+def pytest_runtest_makereport_hide_frames(item: pytest.Item, call: pytest.CallInfo) -> None:
+    """Show a rank failure as the ranks' tracebacks alone, without this process's frames.
+
+    Runs after pytest's unittest support put the test's exception on ``call``
+    (its hook is ``tryfirst``) and before the report is made.  The frames here are
+    unittest's run and the replay, all hidden; pytest shows unittest's frames when
+    nothing else is left, so none is kept.
+    """
+    if call.when == "call" and call.excinfo is not None and getattr(call.excinfo.value, "ct_ranks", None):
+        call.excinfo.traceback = call.excinfo.traceback.filter(lambda entry: False)
+
+
+def _summary_message(item: pytest.Item, report: pytest.TestReport, excinfo: Any) -> None:
+    """Give the short test summary (``FAILED x.py::T::test - ...``) the first line of the report.
+
+    With no frame of this process shown, pytest finds no line to take it from.
+    """
+    longrepr = report.longrepr
+    if getattr(longrepr, "reprcrash", False) is not None:
+        return
+    try:
+        from _pytest._code.code import ReprFileLocation
+    except ImportError:  # a pytest without it: the summary stays without a message
+        return
+    path, lineno, _ = item.location
+    longrepr.reprcrash = ReprFileLocation(path, (lineno or 0) + 1, excinfo.exconly(tryshort=True))
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) -> None:

@@ -110,6 +110,10 @@ def test_pytest_short_summary_carries_the_first_line():
             "ReportTest.test_a_same_everywhere failed on ranks 0-2 of 3") in proc.stdout, describe(proc)
     assert ("FAILED test_reports.py::ReportTest::test_b_key_error - KeyError: "
             "ReportTest.test_b_key_error failed on rank 1 of 3 (ranks 0, 2 passed)") in proc.stdout, describe(proc)
+    # The ranks' tracebacks are the report: no frame of the controller (unittest's run, the replay).
+    assert "testPartExecutor" not in proc.stdout and "raise_verdict" not in proc.stdout, describe(proc)
+    # Ranks that failed alike share one section.
+    assert re.search(r"-+ ranks 0-2: failed -+\nTraceback", proc.stdout), describe(proc)
 
 
 # -- live progress ------------------------------------------------------------------
