@@ -22,12 +22,12 @@ import os
 import sys
 import unittest
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import expecttest
 import torch
 
-from continuous_test import compare, config, replay, shuffle, worker
+from continuous_test import compare, config, outcome, progress, replay, shuffle, worker
 from continuous_test.config import BAD_WORLD_SIZE, NOT_IMPORTABLE, UNKNOWN_BACKEND
 from continuous_test.launch import detect
 
@@ -85,6 +85,27 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
         """unittest's setUp (see the class docstring)."""
         unittest.TestCase.setUp(self)
 
+    # Set (by replay.run_with) while the controller replays a verdict under
+    # unittest's own run: setUp and tearDown ran in the ranks, and the test's body
+    # is the verdict.
+    _ct_verdict_source: Optional[Callable[[], Any]] = None
+
+    def _callSetUp(self) -> None:  # noqa: N802 - unittest's seam
+        if self._ct_verdict_source is None:
+            super()._callSetUp()
+
+    def _callTestMethod(self, method: Callable) -> None:  # noqa: N802 - unittest's seam
+        source = self._ct_verdict_source
+        if source is None:
+            super()._callTestMethod(method)
+            return
+        __tracebackhide__ = True  # noqa: F841 - pytest starts the report at the ranks' tracebacks
+        replay.raise_verdict(self, replay.verdict_of(self, source))
+
+    def _callTearDown(self) -> None:  # noqa: N802 - unittest's seam
+        if self._ct_verdict_source is None:
+            super()._callTearDown()
+
     def tearDown(self) -> None:
         """unittest's tearDown (see the class docstring)."""
         unittest.TestCase.tearDown(self)
@@ -128,11 +149,28 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
         return unittest.TestCase.assertRaisesRegex(self, expected_exception, expected_regex, *args, **kwargs)
 
     def assertExpectedInline(self, actual: str, expect: str, skip: int = 0, **kwargs: Any) -> None:  # noqa: N802
-        """expecttest's check; in a world, only rank 0 rewrites the file when accepting."""
-        ctx = worker.current()
-        if ctx is not None and ctx.rank != 0 and os.environ.get("EXPECTTEST_ACCEPT"):
-            return
+        """expecttest's check; when accepting in a world, only rank 0 rewrites the file.
+
+        Every rank records the value it accepts, so a value that differs between
+        ranks fails the test (:mod:`continuous_test.report`) instead of passing on
+        the strength of rank 0 alone.
+        """
+        rank = _rank() if os.environ.get("EXPECTTEST_ACCEPT") else None
+        if rank is not None:
+            caller = sys._getframe(1 + skip)
+            outcome.record_expect_value(f"{caller.f_code.co_filename}:{caller.f_lineno}", actual)
+            if rank != 0:
+                return
         super().assertExpectedInline(actual, expect, skip=skip + 1, **kwargs)
+
+
+def _rank() -> Optional[int]:
+    """This process's rank in a world or a launched job; None in a controller or a plain run."""
+    ctx = worker.current()
+    if ctx is not None:
+        return ctx.rank
+    launch = detect()
+    return launch.rank if launch.is_launcher else None
 
 
 class MultiProcContinuousTest(TestCase):
@@ -213,6 +251,7 @@ class MultiProcContinuousTest(TestCase):
             from continuous_test import in_place
 
             return in_place.run_in_place(self, result, launch)
+        progress.observe(result)
         return replay.run_with(self, result, self._dispatch)
 
     def _dispatch(self) -> Any:

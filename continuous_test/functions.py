@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import functools
 import sys
-import unittest
 from typing import Any, Callable, Dict, List, Optional, TypeVar
 
-from continuous_test import config, worker
+from continuous_test import config, replay, worker
 from continuous_test.case import MultiProcContinuousTest
 from continuous_test.launch import detect
-from continuous_test.outcome import Verdict
+from continuous_test.report import Verdict
 
 __all__ = ["distributed", "function_classes", "CLASS_ATTR", "NOT_PICKLABLE"]
 
@@ -55,7 +54,7 @@ def distributed(world_size: int = 2, *, timeout: Optional[float] = None,
             __tracebackhide__ = True  # noqa: F841 - pytest shows the ranks' tracebacks
             if args:
                 raise TypeError(f"{fn.__name__}: @distributed functions take keyword arguments only")
-            _raise(_verdict(cls, fn.__name__, kwargs), fn)
+            replay.raise_verdict(None, _verdict(cls, fn.__name__, kwargs), fn)
 
         setattr(run_everywhere, CLASS_ATTR, cls)
         return run_everywhere  # type: ignore[return-value]
@@ -127,14 +126,3 @@ def _check_picklable(test_id: str, kwargs: Dict[str, Any]) -> None:
             raise TypeError(NOT_PICKLABLE.format(test=test_id, name=key, kind=type(value).__name__,
                                                  error=exc)) from None
 
-
-def _raise(verdict: Verdict, fn: Optional[Callable] = None) -> None:
-    __tracebackhide__ = True  # noqa: F841
-    if verdict.leak_report:
-        from continuous_test.leaks import warn
-
-        warn(verdict, fn)
-    if verdict.status == "skip":
-        raise unittest.SkipTest(verdict.skip_reason)
-    if verdict.status == "fail":
-        raise verdict.error

@@ -48,7 +48,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from continuous_test import config, recorder, replay, timeline, worker
 from continuous_test.launch import Launch
-from continuous_test.outcome import FaultKind, RankFault, RankOutcome, Verdict, merge
+from continuous_test.outcome import FaultKind, RankFault, RankOutcome
+from continuous_test.report import Status, Verdict, merge
 
 __all__ = [
     "run_in_place",
@@ -307,8 +308,8 @@ def _fresh_verdict(case: unittest.TestCase, launch: Launch, test: str) -> Verdic
         status, reason = pickle.loads(joined.store.get(_test_key(joined, test) + "/verdict"))
     except Exception as exc:
         raise RendezvousError(FRESH_NO_VERDICT.format(test=test, seconds=seconds)) from exc
-    if status == "fail":
-        return Verdict("fail", error=RuntimeError(FRESH_FAILED.format(test=test)))
+    if status is Status.FAIL:
+        return Verdict(Status.FAIL, error=RuntimeError(FRESH_FAILED.format(test=test)))
     return Verdict(status, skip_reason=reason)
 
 
@@ -326,13 +327,13 @@ class _Recorder:
 
     def __init__(self, result: Any) -> None:
         self._result = result
-        self.status: Tuple[str, Optional[str]] = ("pass", None)
+        self.status: Tuple[Status, Optional[str]] = (Status.PASS, None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._result, name)
 
     def _failed(self) -> None:
-        self.status = ("fail", None)
+        self.status = (Status.FAIL, None)
 
     def addFailure(self, test, err) -> None:  # noqa: N802 - unittest's names
         self._failed()
@@ -352,8 +353,8 @@ class _Recorder:
         self._result.addSubTest(test, subtest, err)
 
     def addSkip(self, test, reason) -> None:  # noqa: N802
-        if self.status[0] == "pass":
-            self.status = ("skip", reason)
+        if self.status[0] is Status.PASS:
+            self.status = (Status.SKIP, reason)
         self._result.addSkip(test, reason)
 
 

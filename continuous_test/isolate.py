@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence
 
 from continuous_test import config, shuffle
-from continuous_test.outcome import RankTimeoutError, Verdict
+from continuous_test.outcome import add_note
+from continuous_test.report import RankTimeoutError, Verdict
 
 __all__ = [
     "Ran",
@@ -219,13 +220,3 @@ def _add_note(verdict: Verdict, note: str) -> None:
         error = next((sub.error for _, sub in verdict.subtests if sub.error is not None), None)
     if error is not None:
         add_note(error, note)
-
-
-def add_note(error: BaseException, note: str) -> None:
-    """``error.add_note(note)``, which Python 3.10 lacks: there the note joins the message."""
-    if hasattr(error, "add_note"):
-        error.add_note(note)
-    elif error.args and isinstance(error.args[0], str):
-        error.args = (f"{error.args[0]}\n{note}",) + error.args[1:]
-    else:
-        error.args = error.args + (note,)

@@ -444,11 +444,15 @@ def judge(test: str, verdict: Any, reports: Dict[int, LeakReport]) -> None:
         verdict.restart_world = True
     if not any(report.policy == "fail" for report in reports.values()):
         verdict.leak_report = text
-    elif verdict.status == "pass":
-        verdict.status, verdict.error = "fail", LeakError(f"{text}\n{FAILED_BY_POLICY}")
+    elif not verdict.failed:
+        from continuous_test.report import Status
+
+        verdict.status, verdict.error = Status.FAIL, LeakError(f"{text}\n{FAILED_BY_POLICY}")
         verdict.restart_world = True  # as for any failure: the next test starts clean
     elif verdict.error is not None:
-        verdict.error.add_note(text)
+        from continuous_test.outcome import add_note
+
+        add_note(verdict.error, text)
 
 
 def warn(verdict: Any, test_function: Any) -> None:

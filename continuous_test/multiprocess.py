@@ -29,14 +29,18 @@ import shutil
 import signal as signal_module
 import tempfile
 import unittest
-from typing import Any, Callable, Iterable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TypeVar, Union
 
 import torch
 
-from continuous_test import config, replay, timeline, worker
+from continuous_test import config, progress, replay, timeline, worker
 from continuous_test.case import TestCase
 from continuous_test.launch import detect
-from continuous_test.outcome import TEST_ERROR_EXIT_CODE, ExpectedExit, RankEnding, RankOutcome, Verdict, judge_endings
+from continuous_test.outcome import TEST_ERROR_EXIT_CODE, ExpectedExit, RankEnding, RankOutcome
+from continuous_test.report import Verdict, judge_endings
+
+if TYPE_CHECKING:
+    from continuous_test.ranks import FreshRanks
 from continuous_test.protocol import TestDone
 
 __all__ = ["MultiProcessTestCase", "expect_exit", "BAD_EXPECT_EXIT"]
@@ -146,17 +150,20 @@ class MultiProcessTestCase(TestCase):
         super().__init__(methodName)
         self.rank = self.MAIN_PROCESS_RANK
         self.file_name: Optional[str] = None
-        self._fresh = None
+        self._fresh: Optional[FreshRanks] = None
         self._test_dir: Optional[str] = None
 
     # -- controller side -------------------------------------------------------------
 
     def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
-        """unittest's run; under torchrun or srun, once per launch (launcher rank 0 runs it)."""
+        """unittest's run: under torchrun or srun, once per launch (launcher rank 0 runs it); in the
+        controller it first notes how verbose ``result`` is (heartbeats)."""
         if worker.current() is None and detect().is_launcher:
             from continuous_test import in_place
 
             return in_place.run_fresh_once(self, result, detect(), super().run)
+        if worker.current() is None:
+            progress.observe(result)
         return super().run(result)
 
     def setUp(self) -> None:
@@ -184,11 +191,12 @@ class MultiProcessTestCase(TestCase):
         if self._fresh is not None:
             return
         self._make_test_dir()
+        assert self._test_dir is not None and self.file_name is not None
         settings = config.resolve_fresh(type(self), self.world_size)
-        self._fresh = FreshRanks(type(self), settings, self._testMethodName, self._test_dir, self.file_name)
-        self.addCleanup(self._fresh.stop)
-        self._fresh.start()
-        self.processes = [h.process for h in self._fresh.ranks]
+        fresh = self._fresh = FreshRanks(type(self), settings, self._testMethodName, self._test_dir, self.file_name)
+        self.addCleanup(fresh.stop)
+        fresh.start()
+        self.processes = [h.process for h in fresh.ranks]
 
     def _start_processes(self, proc: Any = None) -> None:
         """torch's name for starting the ranks; the process class argument is ignored."""
@@ -208,7 +216,7 @@ class MultiProcessTestCase(TestCase):
             return
         __tracebackhide__ = True  # noqa: F841
         self._spawn_processes()
-        self._raise_verdict(self._judge())
+        replay.raise_verdict(self, self._judge())
 
     def _judge(self) -> Verdict:
         cls = type(self)
@@ -220,30 +228,18 @@ class MultiProcessTestCase(TestCase):
         check_codes = _lookup(getattr(self, "skip_return_code_checks", []), fn) is None
         limit = config.test_time_limit(cls, fn)
         grace = config.grace_period(cls)
-        waited, outputs = self._fresh.wait(limit, grace)
-        self._fresh.stop()
+        test = replay.short_id(self)
+        fresh = self._fresh
+        assert fresh is not None, "_judge() after _spawn_processes()"
+        waited, outputs = fresh.wait(limit, grace, progress.for_test(test, limit, fresh.ranks))
+        fresh.stop()
         endings = {r: RankEnding(r, waited.exits.get(r), _outcome(waited.replies.get(r))) for r in outputs}
         dead = [r for r, e in endings.items() if e.outcome is None and e.exitcode not in (0, None)]
         test_dir = self._test_dir
         records = timeline.lazy(lambda: timeline.for_world(test_dir, endings, dead))
-        return judge_endings(replay.short_id(self), len(endings), endings, expected, outputs,
+        return judge_endings(test, len(endings), endings, expected, outputs,
                              check_codes=check_codes, faults=waited.faults, time_limit=limit, grace=grace,
                              timeline=records)
-
-    def _raise_verdict(self, verdict: Verdict) -> None:
-        __tracebackhide__ = True  # noqa: F841 - pytest starts the report at the ranks' tracebacks
-        for sid, sub in verdict.subtests:
-            if sub.status == "pass":
-                continue
-            params = {k: replay.ReprValue(v) for k, v in sid.params}
-            with self.subTest(sid.message, **params) if sid.message is not None else self.subTest(**params):
-                if sub.status == "skip":
-                    raise unittest.SkipTest(sub.skip_reason)
-                raise sub.error
-        if verdict.status == "skip":
-            raise unittest.SkipTest(verdict.skip_reason)
-        if verdict.status == "fail":
-            raise verdict.error
 
     # -- rank side ---------------------------------------------------------------------
 
@@ -251,6 +247,7 @@ class MultiProcessTestCase(TestCase):
         """Create the default process group on this test's own rendezvous; tests call this in a rank."""
         import torch.distributed as dist
 
+        assert self.file_name is not None, "init_pg() runs in a rank, after the ranks were started"
         store = dist.FileStore(self.file_name, self.world_size)
         dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size, store=store, **kwargs)
         init_barrier(store, self.rank, self.world_size)

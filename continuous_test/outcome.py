@@ -1,68 +1,49 @@
-"""Per-rank test outcomes, and how they merge into one unittest result.
+"""Per-rank test outcomes: the data a rank reports about one test.
 
 A rank runs a test under :class:`RankResult`, which records unittest's events
-as picklable :class:`Event` records.  The controller (or, under torchrun, every
-rank) gathers one :class:`RankOutcome` per rank plus any :class:`RankFault` it
-observed itself (a rank that died, hung or never answered), and
-:func:`merge` turns them into a single :class:`Verdict`: pass, skip or fail,
-with an exception whose message names the ranks and whose ``__cause__`` chain
-holds each failing rank's own traceback.
+as picklable :class:`Event` records; an exception travels as an
+:class:`ErrorRecord` that holds the exception itself, pickled, when it pickles
+(and unpickles), and always its type, message, traceback and test-file line.
+The controller (or, under torchrun, every rank) gathers one :class:`RankOutcome`
+per rank plus any :class:`RankFault` it observed itself (a rank that died, hung
+or never answered); :mod:`continuous_test.report` merges them into one verdict.
 
-Side-neutral: imported by the controller and by the ranks.
+Side-neutral: imported by the controller and by the ranks.  Nothing here merges
+or formats a report.
 """
 from __future__ import annotations
 
 import enum
-import importlib
+import os
+import pickle
 import sys
 import traceback
 import unittest
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
-
-from continuous_test.timeline import HEADING as TIMELINE_HEADING, Timeline
+from typing import List, Optional, Tuple
 
 __all__ = [
     "EventKind",
     "ErrorRecord",
     "SubTestId",
     "Event",
+    "ExpectValue",
     "RankOutcome",
     "FaultKind",
     "RankFault",
-    "Verdict",
-    "RankReport",
     "RankResult",
-    "RemoteTraceback",
-    "RemoteError",
-    "RankDiedError",
-    "RankTimeoutError",
-    "RankStuckError",
-    "InconsistentSkipError",
-    "UnexpectedEndingError",
     "ExpectedExit",
     "RankEnding",
-    "judge_endings",
-    "merge",
+    "subtest_id",
+    "record_expect_value",
+    "take_expect_values",
+    "torch_skip_code_message",
     "prefix_lines",
     "signal_name",
+    "exit_description",
     "TEST_ERROR_EXIT_CODE",
 ]
 
-INCONSISTENT_SKIP = (
-    "{test} was skipped on rank(s) {skipped} but ran on rank(s) {ran}: a test must "
-    "skip on every rank or on none, because peers may be blocked in a collective. "
-    "Decide the skip from facts that are the same on all ranks."
-)
-DIED = "rank {rank} died with {how} while running {test}"
-STUCK = "rank {rank} did not finish {test} within the {grace:g} s grace period after rank(s) {failed} failed"
-TIMED_OUT = "{test} exceeded its time limit of {limit:g} s on rank(s) {ranks}"
-NO_REPORT = "rank {rank} never reported an outcome for {test}"
-INTERRUPTED = "rank {rank} was still running {test} {grace:g} s after a peer died"
-TEMPLATE_DIED = (
-    "rank {rank} was killed with the template process it was forked from, which died while {test} ran "
-    "(killed by a test, or by the OOM killer)"
-)
 # torch's exit code for a rank of a MultiProcessTestCase whose test failed.
 TEST_ERROR_EXIT_CODE = 10
 
@@ -80,28 +61,44 @@ class EventKind(str, enum.Enum):
 
 @dataclass(frozen=True)
 class ErrorRecord:
-    """A rank's exception, reduced to what can cross a process boundary."""
+    """A rank's exception: the object itself when it pickles, and always a text record of it."""
 
     type_module: str
     type_qualname: str
     message: str
     traceback: str
     is_failure: bool
+    # The exception pickled, or None when it does not survive a pickle round trip.
+    pickled: Optional[bytes] = None
+    # ``file.py:line`` of the innermost frame in the test's own file ("" if none).
+    location: str = ""
 
     @property
     def type_name(self) -> str:
-        """``module.Qualname`` for builtins-less display."""
+        """``module.Qualname``, or just the name for builtins."""
         if self.type_module == "builtins":
             return self.type_qualname
-        return f"{self.type_module}.{self.type_qualname}"
+        # A rank imports the script under test as __mp_main__; the user knows it as __main__.
+        module = "__main__" if self.type_module == "__mp_main__" else self.type_module
+        return f"{module}.{self.type_qualname}"
 
     def headline(self) -> str:
         """First line of the error, as ``Type: message``."""
         first = self.message.strip().splitlines()[0] if self.message.strip() else ""
         return f"{self.type_name}: {first}" if first else self.type_name
 
+    def exception(self) -> Optional[BaseException]:
+        """The rank's exception object, unpickled here; None when it cannot be."""
+        if self.pickled is None:
+            return None
+        try:
+            return pickle.loads(self.pickled)
+        except Exception:  # its class is not importable in this process
+            return None
+
     @classmethod
-    def from_exception(cls, exc: BaseException, formatted: Optional[str] = None) -> "ErrorRecord":
+    def from_exception(cls, exc: BaseException, formatted: Optional[str] = None,
+                       test_file: Optional[str] = None) -> "ErrorRecord":
         """Record ``exc``; ranks call this from their result and init paths."""
         etype = type(exc)
         if formatted is None:
@@ -112,7 +109,26 @@ class ErrorRecord:
             message=_safe_str(exc),
             traceback=formatted,
             is_failure=isinstance(exc, AssertionError),
+            pickled=_pickled(exc),
+            location=_location(exc.__traceback__, test_file),
         )
+
+
+def _pickled(exc: BaseException) -> Optional[bytes]:
+    """``exc`` pickled, if it also unpickles here into the same type (checked now, on the rank)."""
+    try:
+        data = pickle.dumps(exc, pickle.HIGHEST_PROTOCOL)
+        return data if type(pickle.loads(data)) is type(exc) else None
+    except Exception:  # unpicklable state, or a constructor that rejects its own args
+        return None
+
+
+def _location(tb, test_file: Optional[str]) -> str:
+    frames = traceback.extract_tb(tb) if tb is not None else []
+    if test_file:
+        mine = [f for f in frames if os.path.abspath(f.filename) == test_file]
+        frames = mine or frames
+    return f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
 
 
 @dataclass(frozen=True)
@@ -140,6 +156,14 @@ class Event:
     reason: Optional[str] = None
 
 
+@dataclass(frozen=True)
+class ExpectValue:
+    """A value ``assertExpectedInline`` saw under ``EXPECTTEST_ACCEPT=1``, where it was checked."""
+
+    where: str
+    actual: str
+
+
 @dataclass
 class RankOutcome:
     """Everything one rank reports about one test."""
@@ -149,6 +173,8 @@ class RankOutcome:
     # The default process group was destroyed or replaced: the world makes a new one.
     group_changed: bool = False
     requested_exit: Optional[int] = None
+    # Values accepted by expecttest (only under EXPECTTEST_ACCEPT=1): ranks must agree.
+    expect_values: Tuple[ExpectValue, ...] = ()
     # What the test left changed in the rank (a leaks.LeakReport), if anything.
     leaks: Optional[object] = None
     # The rank's recorded calls of this test (timeline file format); launched ranks only.
@@ -162,6 +188,24 @@ class RankOutcome:
 _FAILING = (EventKind.FAILURE, EventKind.ERROR, EventKind.EXPECTED_FAILURE)
 
 
+# Values recorded by assertExpectedInline during the current test of this rank.
+_expect_values: List[ExpectValue] = []
+
+
+def record_expect_value(where: str, actual: str) -> None:
+    """Remember a value expecttest accepts on this rank; ``assertExpectedInline`` calls this."""
+    _expect_values.append(ExpectValue(where, actual))
+
+
+def take_expect_values() -> Tuple[ExpectValue, ...]:
+    """The values recorded since the last call; the rank calls this when a test ends."""
+    if not _expect_values:
+        return ()
+    values = tuple(_expect_values)
+    _expect_values.clear()
+    return values
+
+
 class FaultKind(str, enum.Enum):
     """What the controller saw happen to a rank, beyond its own report."""
 
@@ -173,9 +217,6 @@ class FaultKind(str, enum.Enum):
     TEMPLATE_DIED = "template_died"
 
 
-_DEATHS = (FaultKind.DIED, FaultKind.TEMPLATE_DIED)
-
-
 @dataclass(frozen=True)
 class RankFault:
     """A rank that did not report normally: died, stuck after a peer failed, or timed out."""
@@ -184,62 +225,6 @@ class RankFault:
     kind: FaultKind
     exitcode: Optional[int] = None
     stacks: Optional[str] = None
-
-
-@dataclass(frozen=True)
-class RankReport:
-    """One rank's part of a failure report; merged errors carry them as ``ct_ranks``."""
-
-    status: str  # passed, skipped, failed, died, stuck, timed_out, interrupted, ...
-    detail: str = ""
-    output: str = ""
-
-
-def _attach(error: BaseException, statuses: Dict[int, Tuple[str, str]], outputs: Dict[int, str]) -> BaseException:
-    """Attach per-rank reports to a merged error, for the pytest plugin's report sections."""
-    error.ct_ranks = {r: RankReport(status, detail, outputs.get(r, ""))  # type: ignore[attr-defined]
-                      for r, (status, detail) in sorted(statuses.items())}
-    return error
-
-
-def _status_of(unit: "_RankUnit") -> Tuple[str, str]:
-    if unit.status == "fail":
-        return "failed", "\n".join(rec.traceback.rstrip() for rec in unit.errors)
-    return ("skipped", unit.reason or "") if unit.status == "skip" else ("passed", "")
-
-
-# -- exceptions that appear in reports ---------------------------------------------
-
-
-class RemoteTraceback(Exception):
-    """Carries a rank's formatted traceback as the ``__cause__`` of a merged error."""
-
-    def __init__(self, tb: str) -> None:
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self) -> str:
-        return self.tb
-
-
-class RemoteError(Exception):
-    """A rank's exception whose type could not be rebuilt in this process."""
-
-
-class RankDiedError(RuntimeError):
-    """A rank process ended while a test was running."""
-
-
-class RankTimeoutError(RuntimeError):
-    """A test exceeded its per-test time limit."""
-
-
-class RankStuckError(RuntimeError):
-    """Some ranks never finished a test after a peer failed it."""
-
-
-class InconsistentSkipError(AssertionError):
-    """A test skipped on some ranks and ran on others."""
 
 
 # -- rank side ----------------------------------------------------------------------
@@ -260,8 +245,8 @@ class RankResult(unittest.TestResult):
         self.events.append(Event(kind, subtest=subtest, errors=errors, reason=reason))
 
     def _error_record(self, err, test) -> ErrorRecord:
-        formatted = self._exc_info_to_string(err, test)
-        return ErrorRecord.from_exception(err[1], formatted)
+        formatted = getattr(self, "_exc_info_to_string")(err, test)  # unittest's formatting, not in its stubs
+        return ErrorRecord.from_exception(err[1], formatted, test_file=_test_file(test))
 
     def addSuccess(self, test) -> None:
         self._record(EventKind.SUCCESS, test)
@@ -297,8 +282,15 @@ class RankResult(unittest.TestResult):
         self._record(kind, test, err, subtest=sid)
 
 
+def _test_file(test) -> Optional[str]:
+    case = getattr(test, "test_case", test)  # a subtest's case
+    module = sys.modules.get(type(case).__module__)
+    path = getattr(module, "__file__", None)
+    return os.path.abspath(path) if path else None
+
+
 def subtest_id(test) -> Optional[SubTestId]:
-    """The :class:`SubTestId` of a unittest ``_SubTest``, or None for a plain test."""
+    """The :class:`SubTestId` of a unittest subtest, or None for a plain test."""
     if not hasattr(test, "params") or not hasattr(test, "test_case"):
         return None
     message = test._message if isinstance(test._message, str) else None
@@ -314,7 +306,8 @@ def _torch_skip_reason(exc: BaseException) -> Optional[str]:
     if not isinstance(exc, SystemExit) or not isinstance(exc.code, int):
         return None
     # Only a file that imported torch's testing internals can exit with one of
-    # their codes; importing them here would cost seconds and leave files behind.
+    # their codes; importing them here would cost seconds, print an ImportWarning
+    # about hypothesis and leave a torchinductor_root folder in TMPDIR.
     common = sys.modules.get("torch.testing._internal.common_distributed")
     TEST_SKIPS = getattr(common, "TEST_SKIPS", None)
     if not TEST_SKIPS:
@@ -325,231 +318,14 @@ def _torch_skip_reason(exc: BaseException) -> Optional[str]:
     return None
 
 
-# -- merging ------------------------------------------------------------------------
-
-
-@dataclass
-class Verdict:
-    """The single outcome of one test across all ranks, ready to replay into a TestResult."""
-
-    status: str  # "pass", "skip" or "fail"
-    error: Optional[BaseException] = None
-    skip_reason: Optional[str] = None
-    subtests: List[Tuple[SubTestId, "Verdict"]] = field(default_factory=list)
-    restart_world: bool = False
-    # The merged leak report under the restore policy: the controller warns with it.
-    leak_report: Optional[str] = None
-
-    @property
-    def failed(self) -> bool:
-        """True when the test or any of its subtests failed."""
-        return self.status == "fail" or any(v.failed for _, v in self.subtests)
-
-
-@dataclass
-class _RankUnit:
-    """One rank's status for one unit (the test itself, or one subtest)."""
-
-    status: str  # "pass", "skip", "fail"
-    errors: List[ErrorRecord] = field(default_factory=list)
-    reason: Optional[str] = None
-
-
-def merge(
-    test: str,
-    world_size: int,
-    outcomes: Dict[int, RankOutcome],
-    faults: Sequence[RankFault] = (),
-    outputs: Optional[Dict[int, str]] = None,
-    grace: float = 0.0,
-    time_limit: float = 0.0,
-    note: Optional[str] = None,
-    timeline: Optional[Callable[[], Optional[Timeline]]] = None,
-) -> Verdict:
-    """Merge every rank's outcome for ``test``; the controller calls this once per test.
-
-    ``note`` ends the report of a fault (the controller says what it does next).
-    ``timeline`` builds the collective timeline; it is called only for a report
-    that shows it (a fault, a failure on some ranks, or ranks whose calls differ).
-    """
-    outputs = outputs or {}
-    units = _units(outcomes)
-    main = units.pop(None, {})
-    for rank in outcomes:
-        main.setdefault(rank, _RankUnit("pass"))
-    subtests = [(sid, _merge_unit(f"{test} {sid.describe()}", world_size, per_rank, outputs))
-                for sid, per_rank in units.items()]
-    if faults:
-        verdict = Verdict("fail", error=_fault_error(test, world_size, main, faults, outputs, grace, time_limit, note,
-                                                     timeline))
-    else:
-        verdict = _merge_unit(test, world_size, main, outputs, timeline)
-    verdict.subtests = subtests
-    verdict.restart_world = bool(faults) or verdict.failed
-    leak_reports = {r: o.leaks for r, o in outcomes.items() if o.leaks is not None}
-    if leak_reports:
-        from continuous_test import leaks
-
-        leaks.judge(test, verdict, leak_reports)
-    return verdict
-
-
-def _units(outcomes: Dict[int, RankOutcome]) -> Dict[Optional[SubTestId], Dict[int, _RankUnit]]:
-    units: Dict[Optional[SubTestId], Dict[int, _RankUnit]] = {}
-    for rank, outcome in sorted(outcomes.items()):
-        for event in outcome.events:
-            unit = units.setdefault(event.subtest, {}).setdefault(rank, _RankUnit("pass"))
-            if event.kind in (EventKind.FAILURE, EventKind.ERROR, EventKind.EXPECTED_FAILURE):
-                unit.status = "fail"
-                unit.errors.extend(event.errors)
-            elif event.kind is EventKind.SKIP and unit.status != "fail":
-                unit.status, unit.reason = "skip", event.reason
-    return units
-
-
-def _merge_unit(test: str, world_size: int, per_rank: Dict[int, _RankUnit], outputs, timeline=None) -> Verdict:
-    failed = {r: u.errors for r, u in per_rank.items() if u.status == "fail"}
-    skipped = {r: u.reason for r, u in per_rank.items() if u.status == "skip"}
-    if failed:
-        return Verdict("fail", error=_failure_error(test, world_size, failed, per_rank, outputs, timeline))
-    if skipped and len(skipped) < len(per_rank):
-        ran = sorted(set(per_rank) - set(skipped))
-        msg = INCONSISTENT_SKIP.format(test=test, skipped=_ranks(skipped), ran=_ranks(ran))
-        reasons = "".join(f"\n  rank {r}: {why}" for r, why in sorted(skipped.items()))
-        error = InconsistentSkipError(msg + "\nSkip reasons:" + reasons)
-        statuses = {r: _status_of(u) for r, u in per_rank.items()}
-        return Verdict("fail", error=_attach(error, statuses, outputs))
-    if skipped:
-        reasons = sorted(set(skipped.values()), key=str)
-        if len(reasons) == 1:
-            return Verdict("skip", skip_reason=reasons[0])
-        return Verdict("skip", skip_reason="; ".join(f"rank {r}: {why}" for r, why in sorted(skipped.items())))
-    return Verdict("pass")
-
-
-def _failure_error(test, world_size, failed, per_rank, outputs, timeline=None) -> BaseException:
-    others = {r: u.status for r, u in per_rank.items() if r not in failed}
-    head = f"{test} failed on rank(s) {_ranks(failed)} of {world_size}"
-    if others:
-        head += " (" + ", ".join(f"rank {r} {'passed' if s == 'pass' else 'skipped'}" for r, s in sorted(others.items())) + ")"
-    body = [head]
-    records: List[Tuple[int, ErrorRecord]] = []
-    for rank, errors in sorted(failed.items()):
-        for record in errors:
-            body.append(f"rank {rank}: {record.headline()}")
-            records.append((rank, record))
-    shown = _timeline_section(body, timeline, always=len(failed) < world_size)
-    for rank in sorted(outputs):
-        body.extend(_output_section(rank, outputs))
-    statuses = {r: _status_of(u) for r, u in per_rank.items()}
-    return _with_timeline(_attach(_chained(records, "\n".join(body)), statuses, outputs), shown)
-
-
-def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, note, timeline=None) -> BaseException:
-    lines: List[str] = []
-    records: List[Tuple[int, ErrorRecord]] = []
-    failed = [r for r, u in sorted(main.items()) if u.status == "fail"]
-    if failed:
-        lines.append(f"{test} failed on rank(s) {_ranks(failed)} of {world_size}")
-    for rank in failed:
-        for record in main[rank].errors:
-            lines.append(f"rank {rank}: {record.headline()}")
-            records.append((rank, record))
-    timed_out = sorted(f.rank for f in faults if f.kind is FaultKind.TIMED_OUT)
-    if timed_out:
-        lines.insert(0, TIMED_OUT.format(test=test, limit=time_limit, ranks=_ranks(timed_out)))
-    etype: type = RankStuckError
-    for fault in sorted(faults, key=lambda f: (f.kind not in _DEATHS, f.rank)):
-        if fault.kind is FaultKind.DIED:
-            etype = RankDiedError
-            lines.insert(0, DIED.format(rank=fault.rank, how=exit_description(fault.exitcode), test=test))
-        elif fault.kind is FaultKind.TEMPLATE_DIED:
-            etype = RankDiedError
-            lines.insert(0, TEMPLATE_DIED.format(rank=fault.rank, test=test))
-        elif fault.kind is FaultKind.STUCK:
-            lines.append(STUCK.format(rank=fault.rank, test=test, grace=grace, failed=_ranks(failed) or "?"))
-        elif fault.kind is FaultKind.NO_REPORT:
-            lines.append(NO_REPORT.format(rank=fault.rank, test=test))
-        elif fault.kind is FaultKind.INTERRUPTED:
-            lines.append(INTERRUPTED.format(rank=fault.rank, test=test, grace=grace))
-    if timed_out and etype is RankStuckError:
-        etype = RankTimeoutError
-    shown = _timeline_section(lines, timeline, always=True)
-    for fault in sorted(faults, key=lambda f: f.rank):
-        if fault.stacks:
-            lines.append(f"rank {fault.rank} stacks ({fault.kind.value}):\n{_indent(fault.stacks)}")
-    for rank in sorted(outputs):
-        lines.extend(_output_section(rank, outputs))
-    if note:
-        lines.append(note)
-    statuses = {r: _status_of(u) for r, u in main.items()}
-    for fault in faults:
-        detail = exit_description(fault.exitcode) if fault.kind in _DEATHS else (fault.stacks or "")
-        statuses[fault.rank] = (fault.kind.value, detail)
-    if records and not any(f.kind in _DEATHS for f in faults) and not timed_out:
-        return _with_timeline(_attach(_chained(records, "\n".join(lines)), statuses, outputs), shown)
-    return _with_timeline(_attach(_chain_causes(etype("\n".join(lines)), records), statuses, outputs), shown)
-
-
-def _timeline_section(lines: List[str], timeline, always: bool) -> Optional[str]:
-    """Append the collective timeline to a report's lines when it belongs there; return its text."""
-    built = timeline() if timeline is not None else None
-    if built is None or not (always or built.divergent):
+def torch_skip_code_message(exitcode: Optional[int]) -> Optional[str]:
+    """The skip message of one of torch's skip exit codes, if the test file uses them."""
+    if not exitcode or exitcode < 0:
         return None
-    lines.append(TIMELINE_HEADING)
-    lines.append(_indent(built.text))
-    return built.text
-
-
-def _with_timeline(error: BaseException, text: Optional[str]) -> BaseException:
-    """Keep the timeline on the merged error, for the pytest plugin's report section."""
-    if text is not None:
-        error.ct_timeline = text  # type: ignore[attr-defined]
-    return error
-
-
-def _output_section(rank: int, outputs: Dict[int, str]) -> List[str]:
-    text = outputs.get(rank, "")
-    if not text.strip():
-        return []
-    return [f"rank {rank} output:", prefix_lines(rank, text).rstrip("\n")]
-
-
-def _chained(records: List[Tuple[int, ErrorRecord]], message: str) -> BaseException:
-    """An exception of the first failing rank's type, with every rank's traceback chained."""
-    error = _rebuild(records[0][1], message)
-    return _chain_causes(error, records)
-
-
-def _chain_causes(error: BaseException, records: List[Tuple[int, ErrorRecord]]) -> BaseException:
-    top = error
-    for rank, record in records:
-        cause = RemoteTraceback(f"\n[rank {rank}] " + record.traceback.rstrip("\n"))
-        top.__cause__ = cause
-        top = cause
-    return error
-
-
-def _rebuild(record: ErrorRecord, message: str) -> BaseException:
-    try:
-        module = importlib.import_module(record.type_module)
-        etype = module
-        for part in record.type_qualname.split("."):
-            etype = getattr(etype, part)
-        if isinstance(etype, type) and issubclass(etype, BaseException) and not issubclass(etype, SystemExit):
-            return etype(message)
-    except Exception:
-        pass
-    if record.is_failure:
-        return AssertionError(message)
-    return RemoteError(f"{record.type_name}: {message}")
+    return _torch_skip_reason(SystemExit(exitcode))
 
 
 # -- endings of fresh ranks (MultiProcessTestCase) ----------------------------------
-
-
-class UnexpectedEndingError(AssertionError):
-    """A rank of a MultiProcessTestCase ended differently from what the test declared."""
 
 
 @dataclass(frozen=True)
@@ -582,89 +358,6 @@ class RankEnding:
     outcome: Optional[RankOutcome] = None
 
 
-UNEXPECTED_ENDING = "{test}: rank(s) {ranks} did not end as expected"
-
-
-def judge_endings(
-    test: str,
-    world_size: int,
-    endings: Dict[int, RankEnding],
-    expected: Optional[ExpectedExit],
-    outputs: Dict[int, str],
-    check_codes: bool = True,
-    faults: Sequence[RankFault] = (),
-    time_limit: float = 0.0,
-    grace: float = 0.0,
-    timeline: Optional[Callable[[], Optional[Timeline]]] = None,
-) -> Verdict:
-    """Judge the endings of fresh ranks against the declared ones; MultiProcessTestCase calls this."""
-    if faults:
-        outcomes = {r: e.outcome for r, e in endings.items() if e.outcome is not None}
-        return merge(test, world_size, outcomes, faults, outputs, grace=grace, time_limit=time_limit,
-                     timeline=timeline)
-    wrong = [r for r, e in sorted(endings.items()) if check_codes and not _ended_as_declared(e, expected)]
-    if wrong:
-        error = _ending_error(test, endings, expected, outputs, wrong, timeline)
-        return Verdict("fail", error=error, restart_world=True)
-    skip = _skip_exit(endings, expected)
-    if skip is not None:
-        return Verdict("skip", skip_reason=skip)
-    outcomes = {r: e.outcome for r, e in endings.items()
-                if e.outcome is not None and not (expected and expected.applies_to(r))}
-    return merge(test, world_size, outcomes, outputs=outputs, timeline=timeline)
-
-
-def _ended_as_declared(ending: RankEnding, expected: Optional[ExpectedExit]) -> bool:
-    if expected is not None and expected.applies_to(ending.rank):
-        return expected.matches(ending.exitcode)
-    # A rank whose test failed exits with torch's TEST_ERROR_EXIT_CODE: a normal
-    # end, and its own failure is the report.
-    if ending.outcome is not None and ending.exitcode == (TEST_ERROR_EXIT_CODE if ending.outcome.has_failure() else 0):
-        return True
-    return _torch_skip_code_message(ending.exitcode) is not None
-
-
-def _skip_exit(endings: Dict[int, RankEnding], expected: Optional[ExpectedExit]) -> Optional[str]:
-    for ending in endings.values():
-        if expected is None or not expected.applies_to(ending.rank):
-            message = _torch_skip_code_message(ending.exitcode)
-            if message is not None:
-                return message
-    return None
-
-
-def _ending_error(test, endings, expected, outputs, wrong, timeline=None) -> BaseException:
-    lines = [UNEXPECTED_ENDING.format(test=test, ranks=_ranks(wrong))]
-    records: List[Tuple[int, ErrorRecord]] = []
-    statuses: Dict[int, Tuple[str, str]] = {}
-    for rank, ending in sorted(endings.items()):
-        want = expected.describe() if expected is not None and expected.applies_to(rank) else "a normal exit"
-        actual = exit_description(ending.exitcode)
-        if rank not in wrong:
-            lines.append(f"rank {rank}: ended with {actual}, as expected")
-            statuses[rank] = ("ended as expected", actual)
-            continue
-        errors = [rec for ev in (ending.outcome.events if ending.outcome else ()) for rec in ev.errors]
-        if errors:
-            actual += " after " + "; ".join(rec.headline() for rec in errors)
-            records.extend((rank, rec) for rec in errors)
-        elif ending.outcome is None and ending.exitcode == 0:
-            actual += " without reporting an outcome"
-        lines.append(f"rank {rank}: ended with {actual}; expected {want}")
-        statuses[rank] = ("unexpected ending", f"ended with {actual}; expected {want}")
-    shown = _timeline_section(lines, timeline, always=True)
-    for rank in sorted(outputs):
-        lines.extend(_output_section(rank, outputs))
-    error = _chain_causes(UnexpectedEndingError("\n".join(lines)), records)
-    return _with_timeline(_attach(error, statuses, outputs), shown)
-
-
-def _torch_skip_code_message(exitcode: Optional[int]) -> Optional[str]:
-    if not exitcode or exitcode < 0:
-        return None
-    return _torch_skip_reason(SystemExit(exitcode))
-
-
 # -- formatting helpers -------------------------------------------------------------
 
 
@@ -692,14 +385,6 @@ def exit_description(exitcode: Optional[int]) -> str:
     return f"exit code {exitcode}"
 
 
-def _ranks(ranks) -> str:
-    return ", ".join(str(r) for r in sorted(ranks))
-
-
-def _indent(text: str, prefix: str = "    ") -> str:
-    return "".join(prefix + line for line in text.splitlines(keepends=True))
-
-
 def _safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
@@ -712,3 +397,13 @@ def _safe_repr(value) -> str:
         return repr(value)
     except Exception:
         return f"<unreprable {type(value).__name__}>"
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``, which Python 3.10 lacks: there the note joins the message."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    elif error.args and isinstance(error.args[0], str):
+        error.args = (f"{error.args[0]}\n{note}",) + error.args[1:]
+    else:
+        error.args = error.args + (note,)

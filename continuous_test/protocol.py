@@ -121,6 +121,7 @@ class TestDone:
     def of(cls, rank: int, seq: int, outcome: RankOutcome) -> "TestDone":
         """The message for ``outcome``, compact when it is a plain pass."""
         plain = (not outcome.group_changed and outcome.requested_exit is None and outcome.leaks is None
+                 and not outcome.expect_values
                  and outcome.events == [_PASSED])
         return cls(rank, seq, None if plain else outcome)
 

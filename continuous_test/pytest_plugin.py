@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, List, Optional
 
 import pytest
@@ -28,10 +29,12 @@ from continuous_test.config import Overrides  # light: no torch
 __all__ = [
     "pytest_addoption",
     "pytest_configure",
+    "pytest_unconfigure",
     "pytest_collection_modifyitems",
     "pytest_runtest_protocol",
     "pytest_collection_finish",
     "pytest_runtest_makereport",
+    "pytest_runtest_makereport_hide_frames",
     "pytest_runtest_teardown",
     "pytest_report_header",
     "pytest_sessionstart",
@@ -40,6 +43,7 @@ __all__ = [
 ]
 
 TIMEOUT_HELP = "per-test time limit in seconds for distributed tests (overrides CONTINUOUS_TEST_TIMEOUT)"
+LIVE_OUTPUT_HELP = "print every rank's output while a distributed test runs, prefixed [rankN] (CONTINUOUS_TEST_LIVE_OUTPUT=1)"
 WORLD_SIZE_HELP = "world size for every distributed test class and @distributed function"
 LEAKS_HELP = "what a test that leaves process-global state changed gets: restore (default: warn), fail, off"
 SHUFFLE_HELP = "shuffle tests within each class and classes within each module; a seed replays an order"
@@ -56,6 +60,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ct-shuffle", dest="ct_shuffle", default=None, nargs="?", const=SHUFFLE_RANDOM, metavar="SEED",
                     help=SHUFFLE_HELP)
     group.addoption("--ct-bisect", dest="ct_bisect", default=None, metavar="SECONDS", help=BISECT_HELP)
+    group.addoption("--ct-live-output", dest="ct_live_output", action="store_true", default=None,
+                    help=LIVE_OUTPUT_HELP)
     parser.addini("ct_timeout", TIMEOUT_HELP, default=None)
     parser.addini("ct_world_size", WORLD_SIZE_HELP, default=None)
 
@@ -90,6 +96,27 @@ def pytest_configure(config: pytest.Config) -> None:
     # Kept on this session's config, never in module globals: a later session in
     # the same process starts clean.
     config.stash[_OVERRIDES] = ct_config.Overrides(time_limit=limit, world_size=size)
+    _progress_through_terminal(config)
+
+
+def _progress_through_terminal(config: pytest.Config) -> None:
+    """Heartbeats (with -v) and live rank output go to pytest's terminal, past its capture."""
+    from continuous_test import progress
+
+    def emit(line: str, first: bool) -> None:
+        reporter = config.pluginmanager.getplugin("terminalreporter")
+        if reporter is None:  # an xdist worker: nobody sees its terminal
+            return
+        capman = config.pluginmanager.getplugin("capturemanager")
+        with capman.global_and_fixture_disabled() if capman is not None else _nothing():
+            reporter.write_line(line)
+
+    progress.use_pytest(config.option.verbose > 0, emit, config.getoption("ct_live_output"))
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield
 
 
 def _configure_isolation(config: pytest.Config) -> None:
@@ -125,9 +152,13 @@ def _configure_isolation(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Put back the environment ``_configure_isolation`` changed."""
+    """Put back what this session changed: progress goes back to unittest runners, and the
+    environment ``_configure_isolation`` changed is restored."""
     import os
 
+    from continuous_test import progress
+
+    progress.use_unittest()
     for name, value in config.stash.get(_SAVED_ENV, {}).items():
         if value is None:
             os.environ.pop(name, None)
@@ -245,26 +276,59 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         _add_seed_section(outcome.get_result())
     if call.when != "call" or call.excinfo is None:
         return
-    ranks = getattr(call.excinfo.value, "ct_ranks", None)
+    error = call.excinfo.value
+    ranks = getattr(error, "ct_ranks", None)
     if not ranks:
         return
     report = outcome.get_result()
-    timeline = getattr(call.excinfo.value, "ct_timeline", None)
-    if timeline:
-        report.sections.append(("collective timeline", timeline + "\n"))
+    from continuous_test.report import rank_list
+
     others = []
+    alike: dict = {}  # ranks that did not pass in the same way share one section
     for rank, info in sorted(ranks.items()):
-        if info.status in ("passed", "skipped", "ended as expected"):
-            others.append(f"rank {rank}: {info.status}")
+        if not info.status.is_problem:
+            others.append(f"rank {rank}: {info.status.value}")
             continue
-        body = info.detail.rstrip()
-        if info.output.strip():
-            body += f"\n--- output of rank {rank} ---\n{info.output.rstrip()}"
-        report.sections.append((f"rank {rank}: {info.status.replace('_', ' ')}", body + "\n"))
+        alike.setdefault((info.status, info.detail.rstrip(), info.output.rstrip()), []).append(rank)
+    for (status, detail, output), same in alike.items():
+        body = detail + (f"\n--- output of {rank_list(same)} ---\n{output}" if output.strip() else "")
+        report.sections.append((f"{rank_list(same)}: {status.value}", body + "\n"))
     if others:
         report.sections.append(("other ranks", "\n".join(others) + "\n"))
-    failing = ",".join(str(r) for r, info in sorted(ranks.items()) if info.status not in ("passed", "skipped", "ended as expected"))
+    for section in getattr(error, "ct_sections", ()):
+        report.sections.append((section.title, section.text.rstrip() + "\n"))
+    failing = ",".join(str(r) for r, info in sorted(ranks.items()) if info.status.is_problem)
     item.user_properties.append(("failing_ranks", failing))
+    _summary_message(item, report, call.excinfo)
+
+
+@pytest.hookimpl(specname="pytest_runtest_makereport")
+def pytest_runtest_makereport_hide_frames(item: pytest.Item, call: pytest.CallInfo) -> None:
+    """Show a rank failure as the ranks' tracebacks alone, without this process's frames.
+
+    Runs after pytest's unittest support put the test's exception on ``call``
+    (its hook is ``tryfirst``) and before the report is made.  The frames here are
+    unittest's run and the replay, all hidden; pytest shows unittest's frames when
+    nothing else is left, so none is kept.
+    """
+    if call.when == "call" and call.excinfo is not None and getattr(call.excinfo.value, "ct_ranks", None):
+        call.excinfo.traceback = call.excinfo.traceback.filter(lambda entry: False)
+
+
+def _summary_message(item: pytest.Item, report: pytest.TestReport, excinfo: Any) -> None:
+    """Give the short test summary (``FAILED x.py::T::test - ...``) the first line of the report.
+
+    With no frame of this process shown, pytest finds no line to take it from.
+    """
+    longrepr: Any = report.longrepr
+    if getattr(longrepr, "reprcrash", False) is not None:
+        return
+    try:
+        from _pytest._code.code import ReprFileLocation
+    except ImportError:  # a pytest without it: the summary stays without a message
+        return
+    path, lineno, _ = item.location
+    longrepr.reprcrash = ReprFileLocation(path, (lineno or 0) + 1, excinfo.exconly(tryshort=True))
 
 
 def _add_seed_section(report: pytest.TestReport) -> None:

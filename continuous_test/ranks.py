@@ -216,6 +216,8 @@ class Goal:
     fail_fast: bool = False
     # Also wait until each rank's process ended (fresh ranks, shutdown).
     until_exit: bool = False
+    # Heartbeats and live output (continuous_test.progress.Progress); None: off.
+    progress: Any = None
 
     def describe(self) -> str:
         """``TestDone #3`` or ``Ready``, for error messages."""
@@ -270,14 +272,22 @@ class Watch:
         state = Waited(pending=set(self.ranks) - self._ended)
         for rank in self._ended:
             state.exits[rank] = self.ranks[rank].exitcode()
+        progress = goal.progress
         while state.pending and not (goal.fail_fast and state.failed):
             until = min(goal.deadline, state.grace_deadline or goal.deadline)
-            events = self._selector.select(max(0.0, until - time.monotonic()))
+            wake = until if progress is None else min(until, progress.next_due())
+            events = self._selector.select(max(0.0, wake - time.monotonic()))
+            if progress is not None:
+                progress.tick(state.pending)
+                if not events and time.monotonic() < until:
+                    continue  # woken for the progress, not by a deadline
             if not events:
                 self._expire(state, goal, timed_out=until >= goal.deadline)
                 break
             for key, _ in events:
                 self._event(key.data, state, goal)
+        if progress is not None:
+            progress.finish()
         return state
 
     def _event(self, data: Tuple[str, RankProcess], state: Waited, goal: Goal) -> None:
@@ -489,10 +499,11 @@ class FreshRanks:
         self.ranks = start_ranks(self.cls, self.settings, self.world_dir, "single", self.method, self.rendezvous)
         self._watch = Watch(self.ranks)
 
-    def wait(self, time_limit: float, grace: float) -> Tuple[Waited, Dict[int, str]]:
+    def wait(self, time_limit: float, grace: float, progress: Any = None) -> Tuple[Waited, Dict[int, str]]:
         """Wait until every rank ended, or the time limit (or the grace after a failure) expired."""
         assert self._watch is not None, "FreshRanks.wait() before start()"
-        goal = Goal(replies=(TestDone,), deadline=time.monotonic() + time_limit, grace=grace, until_exit=True)
+        goal = Goal(replies=(TestDone,), deadline=time.monotonic() + time_limit, grace=grace, until_exit=True,
+                    progress=progress)
         waited = self._watch.wait(goal)
         return waited, {h.rank: h.read_output() for h in self.ranks}
 

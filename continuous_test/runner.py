@@ -18,41 +18,64 @@ from typing import List, Optional
 from continuous_test import config, shuffle
 from continuous_test.launch import detect, export_env
 
-__all__ = ["run_tests", "ContinuousTestRunner", "EXIT_INTERRUPTED"]
+__all__ = ["run_tests", "ContinuousTestRunner", "ContinuousTestResult", "EXIT_INTERRUPTED", "INTERRUPTED"]
 
 EXIT_INTERRUPTED = 130
+INTERRUPTED = "Interrupted (Ctrl-C) while running {test}; the ranks were stopped. {ran}"
 
 
-class _Result(unittest.TextTestResult):
-    """unittest's result; a failure's report ends with the shuffle seed, if any."""
+class ContinuousTestResult(unittest.TextTestResult):
+    """unittest's text result that remembers the running test (for the interrupt line) and ends
+    each failure's report with the shuffle seed, if any."""
+
+    # The test last started: the one Ctrl-C interrupted, if it comes.
+    current: Optional[unittest.TestCase] = None
+
+    def startTest(self, test: unittest.TestCase) -> None:  # noqa: N802 - unittest's name
+        self.current = test
+        super().startTest(test)
 
     def _exc_info_to_string(self, err, test) -> str:  # noqa: N802 - unittest's name
-        text = super()._exc_info_to_string(err, test)
+        text = super()._exc_info_to_string(err, test)  # type: ignore[misc]
         line = shuffle.failure_line()
         return text if line is None or line in text else f"{text}{line}\n"
 
 
 class ContinuousTestRunner(unittest.TextTestRunner):
-    """A TextTestRunner that still prints what ran when Ctrl-C stops the run."""
+    """A TextTestRunner that answers Ctrl-C with one line: the interrupted test and what ran."""
 
-    resultclass = _Result
+    resultclass = ContinuousTestResult  # type: ignore[assignment]
 
-    def _makeResult(self) -> unittest.TestResult:  # noqa: N802 - unittest's name
+    def _makeResult(self) -> unittest.TextTestResult:  # noqa: N802 - unittest's name
         self.last_result = super()._makeResult()
         return self.last_result
 
     def run(self, test):
-        """Run ``test``; on KeyboardInterrupt report the tests that ran, then re-raise."""
+        """Run ``test``; on KeyboardInterrupt print earlier failures and one line, then re-raise."""
         try:
             return super().run(test)
         except KeyboardInterrupt:
             result = getattr(self, "last_result", None)
             if result is not None:
-                self.stream.writeln("\nInterrupted (Ctrl-C): the ranks were stopped.")
-                result.printErrors()
-                self.stream.writeln(f"Ran {result.testsRun} test(s) before the interrupt")
+                if result.failures or result.errors:
+                    result.printErrors()
+                self.stream.writeln("\n" + interrupted_line(result))
                 self.stream.flush()
             raise
+
+
+def interrupted_line(result: unittest.TestResult) -> str:
+    """The line printed on Ctrl-C: which test was running and how the tests before it ended."""
+    current = getattr(result, "current", None)
+    name = current.id() if current is not None else "the test run"
+    before = max(0, result.testsRun - (1 if current is not None else 0))
+    counts = {"failed": len(result.failures), "errors": len(result.errors), "skipped": len(result.skipped),
+              "expected failures": len(result.expectedFailures),
+              "unexpected successes": len(result.unexpectedSuccesses)}
+    counts = {"passed": max(0, before - sum(counts.values())), **counts}
+    detail = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+    ran = f"{before} test{'s' if before != 1 else ''} ran before it" + (f" ({detail})." if detail else ".")
+    return INTERRUPTED.format(test=name, ran=ran)
 
 
 class _SilentRunner(ContinuousTestRunner):

@@ -9,7 +9,15 @@ from __future__ import annotations
 import unittest
 from typing import Callable
 
-from continuous_test.outcome import TEST_ERROR_EXIT_CODE, ErrorRecord, Event, EventKind, RankOutcome, RankResult
+from continuous_test.outcome import (
+    TEST_ERROR_EXIT_CODE,
+    ErrorRecord,
+    Event,
+    EventKind,
+    RankOutcome,
+    RankResult,
+    take_expect_values,
+)
 from continuous_test.protocol import RankSpec, TestDone
 
 __all__ = ["run_single"]
@@ -34,7 +42,8 @@ def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
     result = RankResult(exits_allowed=True)
     unittest.TestCase.run(case, result)
     _maybe_destroy(case)
-    outcome = RankOutcome(spec.rank, result.events, requested_exit=result.requested_exit)
+    outcome = RankOutcome(spec.rank, result.events, requested_exit=result.requested_exit,
+                          expect_values=take_expect_values())
     send(TestDone(spec.rank, 0, outcome))
     if result.requested_exit is not None:
         return result.requested_exit

@@ -40,7 +40,7 @@ from continuous_test import coverage_support
 from continuous_test.launch import RANK_MARKER_ENV
 from continuous_test import config, leaks, protocol, recorder
 from continuous_test.timeline import records_path
-from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult
+from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult, take_expect_values
 from continuous_test.outcome import _torch_skip_reason as torch_skip_reason
 from continuous_test.protocol import (
     DumpStacks,
@@ -231,6 +231,10 @@ def rank_main(spec: RankSpec, conn, control) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     _adopt(spec)
     _redirect_output(spec.log_file)
+    if faulthandler.is_enabled():
+        # Enabled in the controller this rank may be forked from (pytest does), it
+        # would write to the controller's terminal: it writes to this rank's log.
+        faulthandler.enable(file=sys.stderr, all_threads=True)
     _apply_env(spec)
     coverage_support.start_in_rank()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -438,7 +442,8 @@ def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
     report = leaks.check(before, policy) if before is not None else None
     _release_subgroups(groups)
     _flush()
-    return RankOutcome(rank, result.events, group_changed=default_group_changed(), leaks=report)
+    return RankOutcome(rank, result.events, group_changed=default_group_changed(), leaks=report,
+                       expect_values=take_expect_values())
 
 
 def _leak_policy(case: unittest.TestCase) -> str:

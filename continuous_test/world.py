@@ -9,7 +9,7 @@ How data flows::
         ▲                                  │  ranks.Watch.wait             (worker.rank_main,
         │                                  │  (pipes + sentinels)           forked from the
         │                                  ◄──────TestDone / Stacks──────   template process)
-        │                          outcome.merge(outcomes, faults)
+        │                          report.merge(outcomes, faults)
         └──────── Verdict (pass / skip / fail + report naming ranks) ◄─┘
 
 Lifecycle of a :class:`World`::
@@ -43,17 +43,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
-from continuous_test import config, protocol, template, timeline
-from continuous_test.outcome import (
-    FaultKind,
-    RankDiedError,
-    RankFault,
-    RankOutcome,
-    Verdict,
-    exit_description,
-    merge,
-    prefix_lines,
-)
+from continuous_test import config, progress, protocol, template, timeline
+from continuous_test.outcome import FaultKind, RankFault, RankOutcome, exit_description, prefix_lines
+from continuous_test.report import RankDiedError, Verdict, merge
 from continuous_test.protocol import InitFailed, Ready, RunTest, Shutdown, Stacks, TestDone
 from continuous_test.ranks import Goal, ProtocolError, RankProcess, Waited, Watch, kill_ranks, start_ranks
 
@@ -211,7 +203,8 @@ class World:
         self._seq += 1
         self._last_test = test_id
         payload = pickle.dumps(RunTest(method, self._seq, self._reinit, kwargs), pickle.HIGHEST_PROTOCOL)
-        goal = Goal(replies=(TestDone,), seq=self._seq, deadline=time.monotonic() + time_limit, grace=self.grace)
+        goal = Goal(replies=(TestDone,), seq=self._seq, deadline=time.monotonic() + time_limit, grace=self.grace,
+                    progress=progress.for_test(test_id, time_limit, self.ranks))
         try:
             for handle in self.ranks:
                 handle.mark_output()
@@ -264,7 +257,7 @@ class World:
         elif any(o.group_changed for o in outcomes.values()):
             self._reinit_count += 1
             self._reinit = self._reinit_count
-        if not verdict.failed:
+        if not verdict.failed and not progress.live_output():  # shown live already
             _forward_output(outputs)
 
     # -- stopping -----------------------------------------------------------------

@@ -95,9 +95,9 @@ def test_zero_selected_or_skipped_class_starts_no_world(outcomes):
 def test_failure_names_rank_keeps_type_and_output(outcomes):
     proc, _ = outcomes
     err = proc.stderr
-    assert "ValueError: OutcomeTest.test_error_keeps_type failed on rank(s) 0 of 2 (rank 1 passed)" in err
+    assert "ValueError: OutcomeTest.test_error_keeps_type failed on rank 0 of 2 (rank 1 passed)" in err
     assert 'raise ValueError("bad value on rank 0")' in err  # the rank's own traceback
-    assert "OutcomeTest.test_failure_with_output failed on rank(s) 1 of 2 (rank 0 passed)" in err
+    assert "OutcomeTest.test_failure_with_output failed on rank 1 of 2 (rank 0 passed)" in err
     assert "[rank1] diagnostic line from rank 1" in err
     assert "[rank0] diagnostic line from rank 0" in err
 
@@ -108,7 +108,7 @@ def test_skips(outcomes):
     assert "test_skip_decorator (__main__.OutcomeTest.test_skip_decorator) ... skipped 'decided in the controller'" in err
     assert "test_skip_on_all_ranks (__main__.OutcomeTest.test_skip_on_all_ranks) ... skipped 'feature X is missing'" in err
     assert "skipped 'whole class skipped'" in err
-    assert "InconsistentSkipError: OutcomeTest.test_skip_on_some_ranks was skipped on rank(s) 1 but ran on rank(s) 0" in err
+    assert "InconsistentSkipError: OutcomeTest.test_skip_on_some_ranks was skipped on rank 1 but ran on rank 0" in err
     assert "rank 1: only rank 1 lacks it" in err
 
 
@@ -118,7 +118,7 @@ def test_expected_failure_and_subtests(outcomes):
     assert "test_expected_failure (__main__.OutcomeTest.test_expected_failure) ... expected failure" in err
     assert "test_unexpected_success (__main__.OutcomeTest.test_unexpected_success) ... unexpected success" in err
     assert "FAIL: test_subtests (__main__.OutcomeTest.test_subtests) (i=1)" in err
-    assert "OutcomeTest.test_subtests (i=1) failed on rank(s) 1 of 2" in err
+    assert "OutcomeTest.test_subtests (i=1) failed on rank 1 of 2" in err
 
 
 def test_bad_configuration_names_the_class():

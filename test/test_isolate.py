@@ -41,12 +41,12 @@ def test_off_and_budget():
 
 
 def test_a_timed_out_test_is_not_rerun():
-    from continuous_test.outcome import RankTimeoutError, Verdict
+    from continuous_test.report import RankTimeoutError, Status, Verdict
 
     class FakeWorld:  # never started: a timed-out test must not reach a fresh world
         cls, world_size = None, 2
 
-    verdict = Verdict("fail", error=RankTimeoutError("T.test_x exceeded its time limit"), restart_world=True)
+    verdict = Verdict(Status.FAIL, error=RankTimeoutError("T.test_x exceeded its time limit"), restart_world=True)
     isolate.after_test(FakeWorld(), "test_x", "T.test_x", 1.0, verdict)
     assert verdict.error.__notes__ == [isolate.NOT_RERUN]
 

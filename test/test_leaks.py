@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from continuous_test import config, leaks
-from continuous_test.outcome import RankOutcome, merge
+from continuous_test.outcome import RankOutcome
+from continuous_test.report import Status, merge
 
 
 def _check(change, policy="restore"):
@@ -121,7 +122,7 @@ def test_ranks_with_the_same_change_share_a_line():
     leak = leaks.Leak("torch default dtype", "torch.float32", "torch.float64", True)
     outcomes = {r: RankOutcome(r, [], leaks=leaks.LeakReport("restore", (leak,))) for r in (0, 1)}
     verdict = merge("T.test_x", 2, outcomes)
-    assert verdict.status == "pass" and not verdict.restart_world
+    assert verdict.status is Status.PASS and not verdict.restart_world
     assert "  left torch default dtype changed: torch.float32 \u2192 torch.float64 (ranks 0, 1)" in verdict.leak_report
     assert leaks.RESTORED in verdict.leak_report
 
@@ -130,7 +131,7 @@ def test_fail_policy_fails_and_an_unrestorable_leak_restarts_the_world():
     leak = leaks.Leak("live non-daemon threads", "none started", "'t' still running", False)
     outcomes = {0: RankOutcome(0, [], leaks=leaks.LeakReport("fail", (leak,))), 1: RankOutcome(1, [])}
     verdict = merge("T.test_x", 2, outcomes)
-    assert verdict.status == "fail" and isinstance(verdict.error, leaks.LeakError)
+    assert verdict.status is Status.FAIL and isinstance(verdict.error, leaks.LeakError)
     assert "(rank 0)" in str(verdict.error) and verdict.restart_world
 
 

@@ -35,7 +35,7 @@ def test_passing_endings(negative, test):
 
 def test_wrong_ending_reports_every_rank_and_output(negative):
     report = section(negative[0].stderr, "test_wrong_ending")
-    assert "NegativeTest.test_wrong_ending: rank(s) 1 did not end as expected" in report
+    assert "NegativeTest.test_wrong_ending: rank 1 did not end as expected" in report
     assert "rank 0: ended with exit code 0, as expected" in report
     assert "rank 1: ended with exit code 4; expected exit code 3" in report
     assert "[rank0] rank 0 about to end" in report and "[rank1] rank 1 about to end" in report
@@ -48,14 +48,14 @@ def test_unexpected_crash(negative):
 
 def test_failure_and_skips(negative):
     err = negative[0].stderr
-    assert "NegativeTest.test_failure_on_one_rank failed on rank(s) 1 of 2 (rank 0 passed)" in err
+    assert "NegativeTest.test_failure_on_one_rank failed on rank 1 of 2 (rank 0 passed)" in err
     assert "test_skip_on_every_rank (__main__.NegativeTest.test_skip_on_every_rank) ... skipped 'not today'" in err
     assert "skipped 'Need at least 4 CUDA devices'" in err
 
 
 def test_time_limit_kills_and_reports_stacks(negative):
     report = section(negative[0].stderr, "test_hang")
-    assert "SlowNegativeTest.test_hang exceeded its time limit of 3 s on rank(s) 1" in report
+    assert "SlowNegativeTest.test_hang exceeded its time limit of 3 s on rank 1" in report
     assert re.search(r'line \d+, in test_hang\n\s+time.sleep\(600\)', report)
 
 

@@ -11,7 +11,8 @@ from helpers import describe, unittest_counts
 from test_faults import section
 
 from continuous_test import timeline as tl
-from continuous_test.outcome import ErrorRecord, Event, EventKind, FaultKind, RankFault, RankOutcome, merge
+from continuous_test.outcome import ErrorRecord, Event, EventKind, FaultKind, RankFault, RankOutcome
+from continuous_test.report import Status, merge
 from continuous_test.timeline import DIVERGENCE, HEADING, MISMATCH
 
 
@@ -32,7 +33,7 @@ def _timeline(divergent: bool, calls: list):
 def test_merge_never_builds_a_timeline_for_a_pass():
     calls: list = []
     verdict = merge("T.test", 2, {0: _outcome(0, False), 1: _outcome(1, False)}, timeline=_timeline(True, calls))
-    assert verdict.status == "pass" and not calls
+    assert verdict.status is Status.PASS and not calls
 
 
 @pytest.mark.parametrize("failed, divergent, shown", [

@@ -187,7 +187,7 @@ def test_death_is_seen_by_the_sentinel_while_a_grandchild_holds_the_pipe():
 def test_grace_period_waited_is_the_configured_one(cls, test):
     proc = run_class(cls)
     assert proc.returncode == 1, describe(proc)
-    assert "within the 1 s grace period after rank(s) 0 failed" in proc.stdout, describe(proc)
+    assert "within the 1 s grace period after rank 0 failed" in proc.stdout, describe(proc)
     failed_at = re.search(r"failed at ([\d.]+)", proc.stdout)
     if failed_at:  # fresh ranks: from rank 0's failure to the controller's verdict
         waited = float(re.search(r"judged at ([\d.]+)", proc.stdout).group(1)) - float(failed_at.group(1))

@@ -1,0 +1,208 @@
+"""Failure reports as a person reads them: real scenario runs (test/scenarios/test_reports.py)."""
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+from helpers import describe, pytest_counts, unittest_counts
+
+from continuous_test import progress
+from continuous_test.config import ConfigError
+from continuous_test.outcome import ErrorRecord, Event, EventKind, RankOutcome
+from continuous_test.report import RemoteError, merge, rank_list
+
+FAILING = ["ReportTest.test_a_same_everywhere", "ReportTest.test_b_key_error",
+           "ReportTest.test_c_called_process_error", "ReportTest.test_d_constant_str",
+           "ReportTest.test_e_raising_str", "ReportTest.test_f_unpicklable",
+           "ReportTest.test_g_differing_tracebacks", "FreshFailureTest"]
+
+
+def section(output: str, test: str) -> str:
+    """The report block of one failed test in unittest's output."""
+    match = re.search(rf"^(?:ERROR|FAIL): {test} .*?(?=^={{70}}|^-{{70}}\nRan )", output, re.M | re.S)
+    assert match, f"no report for {test}\n{output}"
+    return match.group(0)
+
+
+def exception_line(block: str) -> str:
+    """The line unittest prints for the raised exception itself: after the last chained traceback."""
+    tail = block.rsplit("The above exception was the direct cause of the following exception:\n\n", 1)[-1]
+    return [line for line in tail.splitlines() if line and not line.startswith(("=", "-", "ERROR:", "FAIL:"))][0]
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tmp")
+    proc = helpers.python("test_reports.py", *FAILING, env={"TMPDIR": str(tmp), "REPORT_IMPORTS": "1"})
+    return proc, tmp
+
+
+def test_every_failure_is_reported(reports):
+    proc, _ = reports
+    assert proc.returncode == 1, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 9, "failures": 3, "errors": 6}, describe(proc)
+
+
+@pytest.mark.parametrize("test, first", [
+    ("test_a_same_everywhere", "AssertionError: ReportTest.test_a_same_everywhere failed on ranks 0-2 of 3"),
+    ("test_b_key_error", "KeyError: ReportTest.test_b_key_error failed on rank 1 of 3 (ranks 0, 2 passed)"),
+    ("test_c_called_process_error",
+     "subprocess.CalledProcessError: ReportTest.test_c_called_process_error failed on rank 2 of 3 (ranks 0, 1 passed)"),
+    ("test_d_constant_str", "ConstantStr: ReportTest.test_d_constant_str failed on rank 0 of 3 (ranks 1, 2 passed)"),
+    ("test_e_raising_str", "RaisingStr: ReportTest.test_e_raising_str failed on rank 1 of 3 (ranks 0, 2 passed)"),
+    ("test_f_unpicklable",
+     "continuous_test.report.RemoteError: ReportTest.test_f_unpicklable failed on rank 0 of 3 (ranks 1, 2 passed)"),
+    ("test_g_differing_tracebacks", "ValueError: ReportTest.test_g_differing_tracebacks failed on ranks 0-2 of 3"),
+    ("test_failing_rank", "AssertionError: FreshFailureTest.test_failing_rank failed on rank 1 of 2 (rank 0 passed)"),
+])
+def test_first_line_names_the_test_and_ranks_whatever_the_exception(reports, test, first):
+    block = section(reports[0].stderr, test)
+    assert exception_line(block) == first, block
+    assert "\\n" not in block, block  # a message is lines, never one quoted string
+
+
+def test_ranks_that_failed_alike_are_printed_once(reports):
+    block = section(reports[0].stderr, "test_a_same_everywhere")
+    assert block.count("Traceback (most recent call last)") == 1, block
+    assert "[ranks 0-2] Traceback" in block, block
+    assert re.search(r"^ranks 0-2: AssertionError: 1 != 2 \(test_reports.py:\d+\)$", block, re.M), block
+
+
+def test_differing_tracebacks_are_all_shown(reports):
+    block = section(reports[0].stderr, "test_g_differing_tracebacks")
+    assert "[rank 0] Traceback" in block and "[ranks 1, 2] Traceback" in block, block
+    assert re.search(r"^rank 0: ValueError: rank 0 went this way \(test_reports.py:\d+\)$", block, re.M), block
+    assert re.search(r"^ranks 1, 2: ValueError: the others went that way \(test_reports.py:\d+\)$", block, re.M), block
+
+
+def test_an_exception_that_cannot_travel_is_named(reports):
+    block = section(reports[0].stderr, "test_f_unpicklable")
+    assert re.search(r"^rank 0: __main__.Unpicklable: cannot travel", block, re.M), block
+
+
+def test_failure_paths_do_not_import_torch_testing_internals(reports):
+    proc, tmp = reports
+    assert "torch testing internals imported: False" in proc.stdout, describe(proc)
+    assert "torch testing internals imported: True" not in proc.stdout, describe(proc)
+    assert "Fail to import hypothesis" not in proc.stderr, describe(proc)
+    section(proc.stderr, "test_system_exit")  # a rank raising SystemExit(3) was judged
+    assert os.listdir(tmp) == []  # no torchinductor_root
+
+
+def test_a_caller_catches_the_ranks_own_exception_type():
+    proc = helpers.python("report_caller.py")
+    assert proc.returncode == 0, describe(proc)
+    assert "caught CalledProcessError returncode=3" in proc.stdout, describe(proc)
+    assert "first line: test_runs_a_failing_command failed on rank 1 of 2 (rank 0 passed)" in proc.stdout
+
+
+def test_pytest_short_summary_carries_the_first_line():
+    proc = helpers.pytest("test_reports.py", "-rf", "-k", "test_a_same or test_b_key", env={"COLUMNS": "300"})
+    assert pytest_counts(proc.stdout) == {"failed": 2, "deselected": 8}, describe(proc)
+    assert ("FAILED test_reports.py::ReportTest::test_a_same_everywhere - AssertionError: "
+            "ReportTest.test_a_same_everywhere failed on ranks 0-2 of 3") in proc.stdout, describe(proc)
+    assert ("FAILED test_reports.py::ReportTest::test_b_key_error - KeyError: "
+            "ReportTest.test_b_key_error failed on rank 1 of 3 (ranks 0, 2 passed)") in proc.stdout, describe(proc)
+    # The ranks' tracebacks are the report: no frame of the controller (unittest's run, the replay).
+    assert "testPartExecutor" not in proc.stdout and "raise_verdict" not in proc.stdout, describe(proc)
+    # Ranks that failed alike share one section.
+    assert re.search(r"-+ ranks 0-2: failed -+\nTraceback", proc.stdout), describe(proc)
+
+
+# -- live progress ------------------------------------------------------------------
+
+HEARTBEAT_LINE = r"continuous_test: ReportTest.test_h_slow still running after \d+ s \(time limit \d+ s\); ranks 0-2 not done"
+
+
+def test_heartbeat_in_verbose_mode_only():
+    env = {progress.ENV_HEARTBEAT: "1", "SLOW_SECONDS": "2.5"}
+    verbose = helpers.python("test_reports.py", "-v", "ReportTest.test_h_slow", env=env)
+    assert verbose.returncode == 0, describe(verbose)
+    assert re.search(HEARTBEAT_LINE, verbose.stderr), describe(verbose)
+    assert re.search(r"test_h_slow \(.*\) \.\.\. \n", verbose.stderr), describe(verbose)  # it starts its own line
+    quiet = helpers.python("test_reports.py", "ReportTest.test_h_slow", env=env)
+    assert quiet.returncode == 0 and "still running" not in quiet.stderr, describe(quiet)
+
+
+def test_live_output_is_shown_while_the_test_runs(tmp_path):
+    release = tmp_path / "release"
+    env = helpers.scenario_env({progress.ENV_LIVE_OUTPUT: "1", "RELEASE_FILE": str(release), "SLOW_SECONDS": "60"})
+    proc = subprocess.Popen([sys.executable, "test_reports.py", "ReportTest.test_h_slow"], cwd=helpers.SCENARIOS,
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    seen = []
+    try:
+        for line in proc.stderr:  # the rank waits for the release file, which comes once its line was seen
+            seen.append(line)
+            if line.startswith("[rank2] hello from rank 2"):
+                release.touch()
+                break
+        seen.extend(proc.stderr)
+        proc.wait(timeout=helpers.RUN_TIMEOUT)
+    finally:
+        proc.kill()
+        proc.wait()
+    output = "".join(seen)
+    assert proc.returncode == 0, output
+    assert output.count("[rank2] hello from rank 2") == 1, output  # not forwarded a second time
+
+
+def test_pytest_verbose_heartbeat_and_live_output_reach_the_terminal():
+    proc = helpers.pytest("test_reports.py", "-vv", "-k", "test_h_slow", "--ct-live-output",  # -q -vv: verbose
+                          env={progress.ENV_HEARTBEAT: "1"})
+    assert pytest_counts(proc.stdout) == {"passed": 1, "deselected": 9}, describe(proc)
+    assert re.search(HEARTBEAT_LINE, proc.stdout), describe(proc)
+    assert "[rank1] hello from rank 1" in proc.stdout, describe(proc)
+
+
+def test_bad_heartbeat_is_named():
+    with pytest.raises(ConfigError, match="CONTINUOUS_TEST_HEARTBEAT"):
+        progress.heartbeat_seconds({progress.ENV_HEARTBEAT: "soon"})
+    assert progress.heartbeat_seconds({progress.ENV_HEARTBEAT: "0"}) == 0.0
+    assert progress.heartbeat_seconds({}) == progress.DEFAULT_HEARTBEAT
+
+
+# -- units --------------------------------------------------------------------------
+
+
+def failed_with(exc: BaseException) -> RankOutcome:
+    try:
+        raise exc
+    except BaseException as raised:  # noqa: B902
+        return RankOutcome(0, [Event(EventKind.ERROR, errors=(ErrorRecord.from_exception(raised),))])
+
+
+def test_the_ranks_exception_is_reraised_with_its_attributes():
+    error = merge("T.test", 1, {0: failed_with(subprocess.CalledProcessError(3, ["false"]))}).error
+    with pytest.raises(subprocess.CalledProcessError) as caught:
+        raise error
+    assert caught.value.returncode == 3 and caught.value.cmd == ["false"]
+    assert str(caught.value).startswith("T.test failed on rank 0 of 1\n")
+    assert type(pickle.loads(pickle.dumps(caught.value))) is subprocess.CalledProcessError
+
+
+def test_an_exception_that_does_not_unpickle_falls_back_to_a_record():
+    class NeedsTwo(Exception):
+        def __init__(self, a, b):
+            super().__init__(a)  # args lose b: unpickling calls NeedsTwo(a) and fails
+
+    record = ErrorRecord.from_exception(NeedsTwo(1, 2))
+    assert record.pickled is None
+    error = merge("T.test", 1, {0: failed_with(NeedsTwo(1, 2))}).error
+    assert type(error) is RemoteError and "NeedsTwo: 1" in str(error)
+
+
+def test_rank_list():
+    assert rank_list([1]) == "rank 1"
+    assert rank_list([0, 1]) == "ranks 0, 1"
+    assert rank_list([3, 0, 1, 2, 5]) == "ranks 0-3, 5"
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
