@@ -172,7 +172,7 @@ class Progress:
                 self.partial[rank] += data.decode("utf-8", "replace")
             lines = self.partial[rank].split("\n")
             self.partial[rank] = "" if final else lines.pop()
-            for line in lines if not final else [l for l in lines if l]:
+            for line in lines if not final else [text for text in lines if text]:
                 self._line(f"[rank{rank}] {line}")
 
     def _line(self, text: str) -> None:
