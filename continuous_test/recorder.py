@@ -46,6 +46,7 @@ __all__ = [
     "enabled_by_env",
     "patch",
     "open_ring",
+    "rebind",
     "begin_test",
     "snapshot",
     "current_calls",
@@ -137,6 +138,25 @@ def patch() -> None:
         op = _op_for(fn, tl.OPS.index(name), flags, tensor, peer, objects)
         _originals[name] = fn
         setattr(dist, name, _wrap(fn, op))
+
+
+def rebind(module: Any) -> None:
+    """Point names that ``module`` imported from torch.distributed before :func:`patch` at the wrappers.
+
+    A rank forked from a template that is a fork of the controller inherits the
+    test module as the controller imported it, before anything was wrapped:
+    ``from torch.distributed import barrier`` there is the original.  Ranks call
+    this for their test module once, after importing it.
+    """
+    if not _originals or module is None:
+        return
+    import torch.distributed as dist
+
+    wrapped = {id(fn): getattr(dist, name) for name, fn in _originals.items()}
+    for name, value in list(vars(module).items()):
+        wrapper = wrapped.get(id(value))
+        if wrapper is not None:
+            setattr(module, name, wrapper)
 
 
 def _restore() -> None:

@@ -343,6 +343,7 @@ def import_test_class(module: str, qualname: str, module_file: Optional[str]) ->
             if not module_file:
                 raise
             mod = _load_from_file(module, module_file)
+    recorder.rebind(mod)  # names it imported from torch.distributed record too
     obj: Any = mod
     for part in qualname.split("."):
         obj = getattr(obj, part)
@@ -523,13 +524,21 @@ _HARNESS_DIRS = tuple(
 ) + (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
 
 
+_UNITTEST_DIR = os.path.dirname(unittest.__file__) + os.sep
+
+
 def _trim_harness(frames: traceback.StackSummary) -> list:
-    start = 0
-    for i, frame in enumerate(frames):
-        if frame.filename.startswith(_HARNESS_DIRS) or frame.filename.startswith("<"):
-            start = i + 1
-        else:
-            break
+    """The frames from the test's own code on: after unittest's last frame (the call of the test
+    method) and the harness frames right after it, else after the leading harness frames.
+
+    A rank forked from a template that is a fork of the controller, or a rank under a
+    launcher, also has the runner's frames (``run_tests()``, pytest) above the test.
+    """
+    calls = [i for i, frame in enumerate(frames) if frame.filename.startswith(_UNITTEST_DIR)]
+    start = calls[-1] + 1 if calls else 0
+    while start < len(frames) and (frames[start].filename.startswith(_HARNESS_DIRS)
+                                   or frames[start].filename.startswith("<")):
+        start += 1
     return list(frames[start:]) if start < len(frames) else list(frames[-3:])
 
 

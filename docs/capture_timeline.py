@@ -38,7 +38,9 @@ def excerpt(output: str, test: str) -> str:
         raise SystemExit(f"no report for {test} in:\n{output}")
     text = block.group(1)
     head = re.search(r"^E\s+(\S.*)$", text, re.M)
-    section = re.search(r"^-+ collective timeline -+\n(.*?)(?=^-{3,} |\Z)", text, re.M | re.S)
+    # The section ends at the next one, or at pytest's closing line (the last test's section).
+    section = re.search(r"^-+ collective timeline -+\n(.*?)(?=^-{3,} |^\d+ (?:failed|passed|error)|\Z)",
+                        text, re.M | re.S)
     if head is None or section is None:
         raise SystemExit(f"no error line or timeline for {test} in:\n{text}")
     return f"{head.group(1)}\n--- collective timeline ---\n{section.group(1).rstrip()}"
