@@ -153,7 +153,7 @@ class World:
             self._watch = Watch(self.ranks)
             self._await_ready()
         except BaseException:
-            self._kill()
+            self._discard()
             raise
         self.state = WorldState.READY
 
@@ -212,7 +212,7 @@ class World:
             self._reinit = None
             waited = self._watch.wait(goal)
         except (KeyboardInterrupt, ProtocolError):
-            self._kill()
+            self._discard()
             raise
         outputs = {h.rank: h.read_output() for h in self.ranks}
         outcomes: Dict[int, RankOutcome] = {r: m.full_outcome() for r, m in waited.replies.items()}
@@ -229,8 +229,7 @@ class World:
         deaths = self._watch.deaths()
         if deaths:
             self._record_late_deaths(deaths)
-            self._kill()
-            self.state = WorldState.BROKEN
+            self._discard()
             self.start()
 
     def _record_late_deaths(self, deaths: Dict[int, Optional[int]], last: bool = False) -> None:
@@ -252,8 +251,7 @@ class World:
         if verdict.restart_world or waited.died_after_reply:
             # The world is discarded: killing is as clean as a graceful shutdown
             # (the ranks hold nothing else) and never waits on a broken group.
-            self._kill()
-            self.state = WorldState.BROKEN
+            self._discard()
         elif any(o.group_changed for o in outcomes.values()):
             self._reinit_count += 1
             self._reinit = self._reinit_count
@@ -264,16 +262,20 @@ class World:
 
     def stop(self, graceful: bool = True) -> List[LateDeath]:
         """Stop every rank (bounded), remove the world's files, and return the late deaths; safe twice."""
-        if self.ranks:
-            if graceful and self.state is WorldState.READY:
-                self._shutdown_gracefully()
-            self._kill()
-        if self.dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
+        if self.ranks and graceful and self.state is WorldState.READY:
+            self._shutdown_gracefully()
+        self._discard()
         self.state = WorldState.STOPPED
         deaths, self.late_deaths = self.late_deaths, []
         return deaths
+
+    def _discard(self) -> None:
+        """Kill the ranks and remove the world's files; the world is BROKEN until it starts again."""
+        self._kill()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        self.state = WorldState.BROKEN
 
     def _kill(self) -> None:
         if self._watch is not None:
