@@ -64,6 +64,8 @@ __all__ = [
 ]
 
 STACKS_TIMEOUT = 2.0
+# How long a rank's end with no exit code may take to show as its template's death.
+TEMPLATE_EXIT_WAIT = 1.0
 KILL_TIMEOUT = 2.0
 UNEXPECTED_MESSAGE = "rank {rank} sent an unexpected {message!r} while the controller waited for {waiting}"
 _PIPE, _SENTINEL = "pipe", "sentinel"
@@ -358,7 +360,8 @@ class Watch:
         if handle.rank in state.replies:
             state.died_after_reply[handle.rank] = code
             return
-        dead_template = template.died()
+        # multiprocessing reports 255 when the template's status pipe closed without a code.
+        dead_template = template.died(wait=TEMPLATE_EXIT_WAIT if code == 255 else 0.0)
         state.template_died |= dead_template
         kind = FaultKind.TEMPLATE_DIED if dead_template else FaultKind.DIED
         state.faults.append(RankFault(handle.rank, kind, exitcode=code))

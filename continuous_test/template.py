@@ -413,9 +413,22 @@ def parent_pid() -> int:
     return os.getpid()
 
 
-def died() -> bool:
-    """True if the template process died (killed by a test, or by the OOM killer)."""
+def died(wait: float = 0.0) -> bool:
+    """True if the template process died (killed by a test, or by the OOM killer).
+
+    Its ranks' sentinels are its pipes, which close while it is still exiting:
+    ``wait`` gives it that long to be seen gone.
+    """
+    import time
+
     from continuous_test.ranks import running
 
     pid = _forkserver_pid() if _context_method in ("fork", "forkserver") else None
-    return pid is not None and not running(pid)
+    if pid is None:
+        return False
+    deadline = time.monotonic() + wait
+    while running(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
