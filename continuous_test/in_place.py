@@ -530,12 +530,14 @@ class _time_limit:
             run = self._own_client()
             store = dist.PrefixStore(self.key, run)
             own = recorder.snapshot()
-            if own is not None:  # before the fault, which tells peers to stop waiting
+            if own is not None:
                 store.set(f"records/{rank}", own)  # type: ignore[arg-type]
-            store.set(str(rank), pickle.dumps(RankFault(rank, FaultKind.TIMED_OUT, stacks=stacks)))  # type: ignore[arg-type]
+            # Everything this rank prints comes before its fault is published: the
+            # fault lets rank 0 go on to print its report, which must not interleave.
             _print_peer_errors(store, self.launch, self.test, self.grace)
             if own is not None:
                 print(_peers_timeline(store, self.launch, own), file=sys.stderr, flush=True)
+            store.set(str(rank), pickle.dumps(RankFault(rank, FaultKind.TIMED_OUT, stacks=stacks)))  # type: ignore[arg-type]
             if rank != 0:  # give rank 0 the time to print its report, which holds this timeout
                 run.set_timeout(timedelta(seconds=self.report_wait))
                 run.wait(["reported"])
