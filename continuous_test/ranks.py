@@ -240,7 +240,6 @@ class Waited:
     exits: Dict[int, Optional[int]] = field(default_factory=dict)
     # Ranks that died after they had replied (between tests, for a shared world).
     died_after_reply: Dict[int, Optional[int]] = field(default_factory=dict)
-    template_died: bool = False
     grace_deadline: Optional[float] = None
     # True once a rank failed or died: a fail-fast wait ends there.
     failed: bool = False
@@ -362,7 +361,6 @@ class Watch:
             return
         # multiprocessing reports 255 when the template's status pipe closed without a code.
         dead_template = template.died(wait=TEMPLATE_EXIT_WAIT if code == 255 else 0.0)
-        state.template_died |= dead_template
         kind = FaultKind.TEMPLATE_DIED if dead_template else FaultKind.DIED
         state.faults.append(RankFault(handle.rank, kind, exitcode=code))
         self._failed(state, goal)
