@@ -36,7 +36,7 @@ import socket
 import sys
 from typing import Any
 
-__all__ = ["ENV_COVERAGE", "SUFFIX", "merge_rank_data", "rank_environment", "start_in_rank"]
+__all__ = ["ENV_COVERAGE", "SUFFIX", "merge_rank_data", "rank_environment", "start_in_rank", "save_in_rank"]
 
 ENV_COVERAGE = "CONTINUOUS_TEST_COVERAGE"
 # First part of a rank's data file suffix: <data_file>.continuous_test.<host>.<controller pid>...
@@ -131,15 +131,29 @@ def start_in_rank() -> None:
         _save_before_exit(cov)
 
 
+# The rank's own measurement, until it is saved.
+_rank_cov: Any = None
+
+
 def _save_before_exit(cov: Any) -> None:
     # A rank always ends with os._exit (worker.py), also when a test calls it,
     # and os._exit skips atexit; coverage's own "[run] patch = _exit" does the same.
+    global _rank_cov
+    _rank_cov = cov
     real_exit = os._exit
 
     def exit_saving_coverage(status: int) -> None:
-        with contextlib.suppress(Exception):
-            cov.stop()
-            cov.save()
+        save_in_rank()
         real_exit(status)
 
     os._exit = exit_saving_coverage  # type: ignore[assignment]
+
+
+def save_in_rank() -> None:
+    """Stop and save this rank's measurement now (once); a fresh rank calls this before it reports its exit."""
+    global _rank_cov
+    cov, _rank_cov = _rank_cov, None
+    if cov is not None:
+        with contextlib.suppress(Exception):
+            cov.stop()
+            cov.save()

@@ -28,8 +28,9 @@ import os
 import shutil
 import signal as signal_module
 import tempfile
+import time
 import unittest
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, TypeVar, Union
 
 import torch
 
@@ -196,7 +197,20 @@ class MultiProcessTestCase(TestCase):
         fresh = self._fresh = FreshRanks(type(self), settings, self._testMethodName, self._test_dir, self.file_name)
         self.addCleanup(fresh.stop)
         fresh.start()
-        self.processes = [h.process for h in fresh.ranks]
+        self.processes = fresh.processes()
+        if _expects_more(type(self)):
+            from continuous_test.ranks import SPARES
+
+            SPARES.refill(type(self), settings)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        """Kill the ranks forked ahead for a next test of this class that did not come; reap the ended ones."""
+        from continuous_test.ranks import KILL_TIMEOUT, SPARES, reap_retired
+
+        SPARES.discard(cls)
+        reap_retired(KILL_TIMEOUT)
+        super().tearDownClass()
 
     def _start_processes(self, proc: Any = None) -> None:
         """torch's name for starting the ranks; the process class argument is ignored."""
@@ -257,6 +271,8 @@ class MultiProcessTestCase(TestCase):
 
 
 INIT_BARRIER_TIMEOUT = 120.0
+INIT_BARRIER_EXPIRED = ("init_pg(): after {seconds:g} s, rank(s) {ranks} had not finished init_process_group; "
+                        "each rank of the test must call init_pg()")
 
 
 def init_barrier(store: Any, rank: int, world_size: int) -> None:
@@ -266,10 +282,30 @@ def init_barrier(store: Any, rank: int, world_size: int) -> None:
     while a peer is still connecting (gloo: "connectFullMesh failed ... Connection
     closed by peer").  The store, not the group, carries it: the test may break the group.
     """
-    from datetime import timedelta
-
     store.set(f"continuous_test/init/{rank}", "1")
-    store.wait([f"continuous_test/init/{r}" for r in range(world_size)], timedelta(seconds=INIT_BARRIER_TIMEOUT))
+    keys = [f"continuous_test/init/{r}" for r in range(world_size)]
+    # Polled: a FileStore's own wait() sleeps 10 ms between looks, which would be
+    # most of what a fresh world costs beyond its init.
+    deadline = time.monotonic() + INIT_BARRIER_TIMEOUT
+    pause = 0.0001
+    while not store.check(keys):
+        if time.monotonic() > deadline:
+            missing = [r for r, key in enumerate(keys) if not store.check([key])]
+            raise TimeoutError(INIT_BARRIER_EXPIRED.format(seconds=INIT_BARRIER_TIMEOUT, ranks=missing))
+        time.sleep(pause)
+        pause = min(2 * pause, 0.002)
+
+
+_tests_of: Dict[type, int] = {}
+_started: Dict[type, int] = {}
+
+
+def _expects_more(cls: type) -> bool:
+    """Whether a test of ``cls`` that has not started yet may follow (then spares are forked for it)."""
+    if cls not in _tests_of:
+        _tests_of[cls] = len(unittest.defaultTestLoader.getTestCaseNames(cls))
+    _started[cls] = _started.get(cls, 0) + 1
+    return _started[cls] < _tests_of[cls]
 
 
 def _outcome(message: Optional[TestDone]) -> Optional[RankOutcome]:

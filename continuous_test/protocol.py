@@ -3,7 +3,9 @@
 Every message is a small frozen dataclass sent over one of the rank's two
 inherited pipes.  On the main pipe the controller sends ``RunTest`` and
 ``Shutdown``; a rank answers with ``Ready`` or ``InitFailed`` once, then one
-``TestDone`` per ``RunTest``.  On the one-way control pipe the controller sends
+``TestDone`` per ``RunTest``.  A rank forked ahead of need (a spare, role
+``"spare"``) first waits for ``Assign``, which hands it the spec it then runs
+as if it had been started with it.  On the one-way control pipe the controller sends
 ``DumpStacks``, which the rank answers with ``Stacks`` on the main pipe; that the
 control pipe closed is how a rank learns its controller died.
 
@@ -22,10 +24,12 @@ from continuous_test.outcome import ErrorRecord, Event, EventKind, RankOutcome
 
 __all__ = [
     "ProtocolError",
+    "SPARE_ROLE",
     "send",
     "recv",
     "RankSpec",
     "RunTest",
+    "Assign",
     "DumpStacks",
     "Shutdown",
     "Ready",
@@ -33,6 +37,10 @@ __all__ = [
     "TestDone",
     "Stacks",
 ]
+
+
+# RankSpec.role of a rank forked ahead of need.
+SPARE_ROLE = "spare"
 
 
 class ProtocolError(RuntimeError):
@@ -57,6 +65,7 @@ class RankSpec:
     private_dir: Optional[str] = None
     # "continuous": join the default process group and wait for tests.
     # "single": run one test of a MultiProcessTestCase, then exit.
+    # "spare": forked ahead of need; wait for Assign, then take its spec's role.
     role: str = "continuous"
     method: Optional[str] = None
     controller_pid: int = 0
@@ -75,6 +84,13 @@ class RunTest:
     reinit: Optional[int] = None
     # Arguments for the test (parametrized pytest functions); None for unittest methods.
     kwargs: Optional[dict] = None
+
+
+@dataclass(frozen=True)
+class Assign:
+    """Controller -> spare rank: become the rank ``spec`` describes (its first and only message)."""
+
+    spec: RankSpec
 
 
 @dataclass(frozen=True)
@@ -116,6 +132,8 @@ class TestDone:
     rank: int
     seq: int
     outcome: Optional[RankOutcome] = None
+    # Fresh ranks: the code this rank exits with right after this message.
+    exit_code: Optional[int] = None
 
     @classmethod
     def of(cls, rank: int, seq: int, outcome: RankOutcome) -> "TestDone":

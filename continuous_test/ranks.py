@@ -14,7 +14,13 @@ a deadline::
 
     fresh ranks (MultiProcessTestCase, FreshRanks)
 
-        start_ranks (each rank runs one test at once) ─► wait(TestDone and exit) ─► judge endings ─► kill leftovers
+        start_ranks (each rank runs one test at once) ─► wait(TestDone with its exit code, or exit) ─► judge endings
+            │                                                                                             │
+            └─ Spares.refill: the next test's ranks forked meanwhile        kill groups, reap later ◄─────┘
+
+    spares (Spares): forked in a background thread while a test runs (or while a
+    broken world is killed), they wait for Assign; start_ranks hands them their
+    specs instead of forking, so a test's ranks start without a fork.
 
     launcher (torchrun, srun: continuous_test.in_place)
 
@@ -35,10 +41,14 @@ leaves nothing behind (see :mod:`continuous_test.worker` and
 """
 from __future__ import annotations
 
+import atexit
 import os
 import selectors
+import shutil
 import signal
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -46,7 +56,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from continuous_test import coverage_support, protocol, template
 from continuous_test.config import ClassSettings
 from continuous_test.outcome import FaultKind, RankFault
-from continuous_test.protocol import DumpStacks, InitFailed, ProtocolError, RankSpec, Stacks, TestDone
+from continuous_test.protocol import SPARE_ROLE, Assign, DumpStacks, InitFailed, ProtocolError, RankSpec, Stacks, TestDone
 
 __all__ = [
     "RankProcess",
@@ -55,8 +65,14 @@ __all__ = [
     "Watch",
     "ProtocolError",
     "FreshRanks",
+    "RankView",
     "start_ranks",
+    "rank_specs",
+    "Spares",
+    "SPARES",
     "kill_ranks",
+    "retire",
+    "reap_retired",
     "running",
     "STACKS_TIMEOUT",
     "KILL_TIMEOUT",
@@ -100,6 +116,8 @@ class RankProcess:
     log_offset: int = 0
     # Output read early (before a faulthandler dump) and not yet reported.
     stash: str = ""
+    # A directory removed when this handle closes (a spare set's, once they ended).
+    own_dir: Optional[str] = None
 
     def log_size(self) -> int:
         """Bytes the rank has written to its log so far."""
@@ -135,6 +153,13 @@ class RankProcess:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    def assign(self, spec: RankSpec) -> None:
+        """Hand a spare rank the spec it is to run; its output goes to the spec's log from now on."""
+        log_fd = os.open(spec.log_file, os.O_RDONLY | os.O_CREAT, 0o600)
+        os.close(self.log_fd)
+        self.log_fd, self.log_file, self.log_offset, self.stash = log_fd, spec.log_file, 0, ""
+        protocol.send(self.conn, Assign(spec))
+
     def close(self) -> None:
         """Close the controller's ends: the pipes and the log."""
         self.conn.close()
@@ -143,34 +168,144 @@ class RankProcess:
         if self.log_fd >= 0:
             os.close(self.log_fd)
             self.log_fd = -1
+        if self.own_dir is not None:
+            shutil.rmtree(self.own_dir, ignore_errors=True)
+            self.own_dir = None
 
 
-def start_ranks(cls: type, settings: ClassSettings, world_dir: str, role: str = "continuous",
-                method: Optional[str] = None, rendezvous: Optional[str] = None) -> List[RankProcess]:
-    """Fork ``settings.world_size`` ranks from the template; worlds and fresh ranks call this."""
-    from continuous_test.worker import rank_main
-
-    ctx: Any = template.get_context()
+def rank_specs(cls: type, settings: ClassSettings, world_dir: str, role: str = "continuous",
+               method: Optional[str] = None, rendezvous: Optional[str] = None) -> List[RankSpec]:
+    """The specs of ``settings.world_size`` ranks of ``cls`` in ``world_dir``; creates the rendezvous file."""
     module = sys.modules.get(cls.__module__)
     module_file = getattr(module, "__file__", None)
     rendezvous = rendezvous or os.path.join(world_dir, "rendezvous")
     os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT, 0o600))
     env = coverage_support.rank_environment()
-    ranks = []
-    for rank in range(settings.world_size):
-        log_file = os.path.join(world_dir, f"rank{rank}.log")
-        log_fd = os.open(log_file, os.O_RDONLY | os.O_CREAT, 0o600)
-        spec = RankSpec(rank, settings.world_size, cls.__module__, cls.__qualname__, module_file,
-                        world_dir, rendezvous, log_file, env, template.private_dir(), role, method,
-                        controller_pid=os.getpid(), parent_pid=template.parent_pid(), settings=settings)
-        parent, child = ctx.Pipe()
-        control_r, control_w = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=rank_main, args=(spec, child, control_r), name=f"{cls.__name__}-rank{rank}")
-        process.start()
-        child.close()
-        control_r.close()
-        ranks.append(RankProcess(rank, process, parent, log_file, log_fd, control_w))
-    return ranks
+    return [RankSpec(rank, settings.world_size, cls.__module__, cls.__qualname__, module_file,
+                     world_dir, rendezvous, os.path.join(world_dir, f"rank{rank}.log"), env,
+                     template.private_dir(), role, method, controller_pid=os.getpid(),
+                     parent_pid=template.parent_pid(), settings=settings)
+            for rank in range(settings.world_size)]
+
+
+def start_ranks(cls: type, settings: ClassSettings, world_dir: str, role: str = "continuous",
+                method: Optional[str] = None, rendezvous: Optional[str] = None) -> List[RankProcess]:
+    """Start ``settings.world_size`` ranks: spares forked ahead if there are, else forked now.
+
+    Worlds and fresh ranks call this; each rank starts with its spec's role.
+    """
+    reap_retired()
+    specs = rank_specs(cls, settings, world_dir, role, method, rendezvous)
+    ranks = SPARES.take(specs)
+    return ranks if ranks is not None else _fork_ranks(specs, cls.__name__)
+
+
+def _fork_ranks(specs: Sequence[RankSpec], name: str) -> List[RankProcess]:
+    """Fork one rank per spec from the template."""
+    from continuous_test.worker import rank_main
+
+    with _START_LOCK:
+        ctx: Any = template.get_context()
+        ranks = []
+        for spec in specs:
+            log_fd = os.open(spec.log_file, os.O_RDONLY | os.O_CREAT, 0o600)
+            parent, child = ctx.Pipe()
+            control_r, control_w = ctx.Pipe(duplex=False)
+            process = ctx.Process(target=rank_main, args=(spec, child, control_r), name=f"{name}-rank{spec.rank}")
+            try:
+                process.start()
+            finally:
+                child.close()
+                control_r.close()
+            ranks.append(RankProcess(spec.rank, process, parent, spec.log_file, log_fd, control_w))
+        return ranks
+
+
+class Spares:
+    """Ranks forked ahead of need, so that the next fresh world costs no fork.
+
+    A fork of the template (and its page tables) is most of what starting a
+    rank costs.  After a fresh test's ranks start, the next test's are forked in
+    a background thread while the test runs (its ranks mostly wait on sockets).
+    A spare does at once what does not depend on its test (its process group,
+    its tie to the template, the environment, coverage), then waits for
+    :class:`~continuous_test.protocol.Assign` with the spec it is to run; any
+    role, any class, as long as the world size matches.  At most one set is
+    kept; a set of the wrong size, or with a dead member, is killed.  Spares are
+    killed when their class ends, and at exit (the template kills whatever is
+    left if the controller dies).
+    """
+
+    def __init__(self) -> None:
+        self._ranks: List[RankProcess] = []
+        self._dir: Optional[str] = None
+        self._owner: Optional[type] = None
+        self._thread: Optional[threading.Thread] = None
+
+    def refill(self, owner: type, settings: ClassSettings) -> None:
+        """Fork ``settings.world_size`` spares in the background, for the next test of ``owner``."""
+        self._join()
+        if self._ranks and len(self._ranks) == settings.world_size and self._owner is owner:
+            return
+        self.discard()
+        if template.template_kind() not in ("fork", "forkserver"):
+            return  # spawn: nothing to fork from
+        self._owner = owner
+        self._dir = tempfile.mkdtemp(prefix="spares-", dir=template.private_dir())
+        specs = rank_specs(owner, settings, self._dir, role=SPARE_ROLE)
+        self._thread = threading.Thread(target=self._fork, args=(specs,), name="continuous_test-spares", daemon=True)
+        self._thread.start()
+
+    def _fork(self, specs: List[RankSpec]) -> None:
+        try:
+            self._ranks = _fork_ranks(specs, "spare")
+        except Exception:  # noqa: BLE001 - no spares: the next test forks its own, and reports what fails
+            self._ranks = []
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def take(self, specs: Sequence[RankSpec]) -> Optional[List[RankProcess]]:
+        """The spares, each assigned its spec; None if there is no usable set."""
+        self._join()
+        ranks = self._ranks
+        if not ranks or len(ranks) != len(specs) or not all(h.exitcode() is None for h in ranks):
+            self.discard()
+            return None
+        self._ranks, self._owner = [], None
+        # A spare may still be on its way to its first log: the directory goes with the ranks.
+        ranks[0].own_dir, self._dir = self._dir, None
+        try:
+            for handle, spec in zip(ranks, specs):
+                handle.assign(spec)
+        except OSError:  # a spare died just now
+            kill_ranks(ranks)
+            return None
+        return ranks
+
+    def discard(self, owner: Optional[type] = None) -> None:
+        """Kill the spares (only ``owner``'s, if given); a class's end and interpreter exit call this."""
+        self._join()
+        if owner is not None and owner is not self._owner:
+            return
+        ranks, self._ranks, self._owner = self._ranks, [], None
+        if ranks:
+            kill_ranks(ranks)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+_START_LOCK = threading.Lock()
+SPARES = Spares()
+
+
+@atexit.register
+def _at_exit() -> None:
+    SPARES.discard()
+    reap_retired(KILL_TIMEOUT)
 
 
 def kill_ranks(ranks: Sequence[RankProcess], timeout: float = KILL_TIMEOUT) -> None:
@@ -261,6 +396,8 @@ class Watch:
         # Ranks whose sentinel fired (their process ended) or whose pipe closed.
         self._ended: set = set()
         self._closed_pipes: set = set()
+        # Ranks that declared the exit code they end with (fresh ranks), before ending.
+        self.declared: set = set()
 
     def close(self) -> None:
         """Release the selector; the world calls this before killing its ranks."""
@@ -329,8 +466,15 @@ class Watch:
             raise ProtocolError(UNEXPECTED_MESSAGE.format(rank=handle.rank, message=message, waiting=goal.describe()))
         if kind in goal.replies:
             state.replies[handle.rank] = message
+            declared = getattr(message, "exit_code", None)
             if not goal.until_exit:
                 state.pending.discard(handle.rank)
+            elif declared is not None and handle.rank not in self._ended:
+                # Nothing but os._exit(declared) follows: the rank's ending, as the
+                # kernel will report it (if it does so during this wait, that wins).
+                state.exits[handle.rank] = declared
+                state.pending.discard(handle.rank)
+                self.declared.add(handle.rank)
             if _is_failure(message):
                 self._failed(state, goal)
         elif kind in goal.accepts:
@@ -494,6 +638,8 @@ class FreshRanks:
         self.world_dir, self.rendezvous = world_dir, rendezvous
         self.ranks: List[RankProcess] = []
         self._watch: Optional[Watch] = None
+        # How each rank ended, as wait() saw it (exit codes declared or reported).
+        self.exits: Dict[int, Optional[int]] = {}
 
     def start(self) -> None:
         """Fork the ranks; each starts running the test at once."""
@@ -506,12 +652,74 @@ class FreshRanks:
         goal = Goal(replies=(TestDone,), deadline=time.monotonic() + time_limit, grace=grace, until_exit=True,
                     progress=progress)
         waited = self._watch.wait(goal)
+        self.exits.update(waited.exits)
         return waited, {h.rank: h.read_output() for h in self.ranks}
 
+    def processes(self) -> List["RankView"]:
+        """The ranks' processes as torch's ``self.processes`` holds them."""
+        return [RankView(h.process, h.rank, self.exits) for h in self.ranks]
+
     def stop(self) -> None:
-        """Kill whatever still runs, with what its tests started, and reap it."""
+        """Kill whatever still runs, with what its tests started, and reap it.
+
+        Ranks that declared their exit are only killed (with their groups) here,
+        and reaped later by :func:`reap_retired`: their test is over, and
+        waiting for the kernel to tear them down would cost every test that much.
+        """
+        declared: set = set()
         if self._watch is not None:
             self._watch.close()
-            self._watch = None
-        kill_ranks(self.ranks)
+            declared, self._watch = self._watch.declared, None
+        retire([h for h in self.ranks if h.rank in declared])
+        kill_ranks([h for h in self.ranks if h.rank not in declared])
         self.ranks = []
+
+
+class RankView:
+    """A rank's ``multiprocessing`` process whose ``exitcode`` is known as soon as the rank declared it.
+
+    torch's idiom reads ``self.processes[i].exitcode`` in ``tearDown``; a rank that
+    declared its exit may not have been reaped yet (:func:`retire`).
+    """
+
+    def __init__(self, process: Any, rank: int, exits: Dict[int, Optional[int]]) -> None:
+        self._process, self._rank, self._exits = process, rank, exits
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        """The process's exit code, or the one it declared before ending."""
+        code = self._process.exitcode
+        return code if code is not None else self._exits.get(self._rank)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._process, name)
+
+    def __repr__(self) -> str:
+        return f"<rank {self._rank}: {self._process!r}>"
+
+
+# Ranks killed and not yet reaped.
+_RETIRED: List[RankProcess] = []
+
+
+def retire(ranks: Sequence[RankProcess]) -> None:
+    """Kill ``ranks`` (ending on their own) with what they started, and leave the reaping for later."""
+    for handle in ranks:
+        handle.signal_group(signal.SIGKILL)
+    _RETIRED.extend(ranks)
+
+
+def reap_retired(timeout: Optional[float] = None) -> None:
+    """Reap the retired ranks that ended; with ``timeout``, all of them, waiting that long at most.
+
+    Rank starts call this without a timeout; a class's end and interpreter exit with one.
+    """
+    if timeout is not None:
+        _join_all(_RETIRED, timeout)
+    done = [h for h in _RETIRED if timeout is not None or h.exitcode() is not None]
+    for handle in done:
+        handle.process.join(0)
+        handle.close()
+        _RETIRED.remove(handle)
+    if done:
+        coverage_support.merge_rank_data()

@@ -24,7 +24,13 @@ __all__ = ["run_single"]
 
 
 def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
-    """Run ``spec.method`` on this rank, send its outcome, and return the exit code."""
+    """Run ``spec.method`` on this rank, send its outcome, and return the exit code.
+
+    The outcome carries that code, and nothing but ``os._exit`` follows it (output
+    flushed, coverage saved): the controller takes it as the rank's ending and
+    reaps the process later, off the test's path, so no test waits for the
+    kernel to tear a rank down.
+    """
     from continuous_test import recorder, worker
 
     try:
@@ -33,8 +39,7 @@ def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
         case = cls(spec.method)
     except BaseException as exc:  # noqa: B902 - reported as this rank's error
         event = Event(EventKind.ERROR, errors=(ErrorRecord.from_exception(exc),))
-        send(TestDone(spec.rank, 0, RankOutcome(spec.rank, [event])))
-        return TEST_ERROR_EXIT_CODE
+        return _report(spec, send, RankOutcome(spec.rank, [event]), TEST_ERROR_EXIT_CODE)
     case.rank = spec.rank
     case.file_name = spec.rendezvous_file
     worker.seed_everything(worker.SEED)
@@ -44,11 +49,21 @@ def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
     _maybe_destroy(case)
     outcome = RankOutcome(spec.rank, result.events, requested_exit=result.requested_exit,
                           expect_values=take_expect_values())
-    send(TestDone(spec.rank, 0, outcome))
     if result.requested_exit is not None:
-        return result.requested_exit
-    # As torch's class: a rank whose test failed exits with TEST_ERROR_EXIT_CODE.
-    return TEST_ERROR_EXIT_CODE if outcome.has_failure() else 0
+        code = result.requested_exit
+    else:
+        # As torch's class: a rank whose test failed exits with TEST_ERROR_EXIT_CODE.
+        code = TEST_ERROR_EXIT_CODE if outcome.has_failure() else 0
+    return _report(spec, send, outcome, code)
+
+
+def _report(spec: RankSpec, send: Callable[[object], None], outcome: RankOutcome, code: int) -> int:
+    from continuous_test import coverage_support, worker
+
+    worker.flush_output()
+    coverage_support.save_in_rank()
+    send(TestDone(spec.rank, 0, outcome, exit_code=code))
+    return code
 
 
 def _maybe_destroy(case) -> None:

@@ -32,7 +32,7 @@ import threading
 import traceback
 import unittest
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import torch
 
@@ -43,6 +43,8 @@ from continuous_test.timeline import records_path
 from continuous_test.outcome import ErrorRecord, RankOutcome, RankResult, take_expect_values
 from continuous_test.outcome import _torch_skip_reason as torch_skip_reason
 from continuous_test.protocol import (
+    SPARE_ROLE,
+    Assign,
     DumpStacks,
     InitFailed,
     Ready,
@@ -65,6 +67,7 @@ __all__ = [
     "loopback_interface",
     "template_cuda_initialized",
     "SEED",
+    "flush_output",
     "EXIT_CONTROLLER_GONE",
 ]
 
@@ -114,6 +117,8 @@ class RankContext:
     rank: int
     world_size: int
     spec: RankSpec
+    # Forked ahead of need (a spare) and assigned this spec later.
+    forked_ahead: bool = False
 
 
 _CURRENT: Optional[RankContext] = None
@@ -169,13 +174,13 @@ class _Channel:
                       file=sys.stderr, flush=True)
 
 
-def _controller_gone(spec: RankSpec) -> None:
+def _controller_gone(spec: RankSpec) -> NoReturn:
     """Leave now, with what this rank's tests started: the controller closed the pipe or died."""
     # The controller closes the pipe itself when it stops a world, and removes its
     # files; if it died (even SIGKILL closes its pipe end), nobody else may.
     if spec.private_dir and not _running(spec.controller_pid):
         shutil.rmtree(spec.private_dir, ignore_errors=True)
-    _flush()
+    flush_output()
     if os.getpgrp() == os.getpid():
         os.killpg(os.getpid(), signal.SIGKILL)  # this rank and its tests' processes
     os._exit(EXIT_CONTROLLER_GONE)
@@ -238,17 +243,43 @@ def rank_main(spec: RankSpec, conn, control) -> None:
     _apply_env(spec)
     coverage_support.start_in_rank()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    forked_ahead = spec.role == SPARE_ROLE
+    if forked_ahead:
+        spec = _assigned(spec, conn)
     recorder.open_ring(records_path(spec.world_dir, spec.rank), spec.rank)
-    _CURRENT = RankContext(spec.rank, spec.world_size, spec)
+    _CURRENT = RankContext(spec.rank, spec.world_size, spec, forked_ahead)
     channel = _Channel(conn, control)
     threading.Thread(target=channel.watch, args=(spec,), name="continuous_test-listener", daemon=True).start()
     if spec.role == "single":
         from continuous_test.single import run_single
 
         code = run_single(spec, channel.send)
-        _flush()
+        flush_output()
         os._exit(code)
     _continuous_loop(spec, channel)
+
+
+def _assigned(spare: RankSpec, conn) -> RankSpec:
+    """A spare's wait for the spec it is to run; everything before it was done ahead of need.
+
+    What the spare did already is what does not depend on the test: its process
+    group, its tie to the template, the environment (applied again only if the
+    controller's changed since, e.g. in a ``setUp``, or the rank differs).
+    """
+    try:
+        message = protocol.recv(conn)
+    except (EOFError, OSError):
+        _controller_gone(spare)
+    if isinstance(message, Shutdown):  # not needed after all
+        flush_output()
+        os._exit(0)
+    if not isinstance(message, Assign):
+        raise protocol.ProtocolError(f"spare rank {spare.rank} got an unexpected {message!r}")
+    spec = message.spec
+    _redirect_output(spec.log_file)
+    if (spec.env, spec.rank, spec.world_size) != (spare.env, spare.rank, spare.world_size):
+        _apply_env(spec)
+    return spec
 
 
 def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
@@ -281,7 +312,7 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
 def _wait_for_shutdown(channel: _Channel, spec: RankSpec) -> None:
     while not isinstance(channel.receive(spec), Shutdown):
         pass
-    _flush()
+    flush_output()
     os._exit(0)
 
 
@@ -292,7 +323,7 @@ def _leave_world() -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
     finally:
-        _flush()
+        flush_output()
         os._exit(0)
 
 
@@ -442,7 +473,7 @@ def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
     unittest.TestCase.run(case, result)  # the real run, not the dispatching override
     report = leaks.check(before, policy) if before is not None else None
     _release_subgroups(groups)
-    _flush()
+    flush_output()
     return RankOutcome(rank, result.events, group_changed=default_group_changed(), leaks=report,
                        expect_values=take_expect_values())
 
@@ -542,7 +573,8 @@ def _trim_harness(frames: traceback.StackSummary) -> list:
     return list(frames[start:]) if start < len(frames) else list(frames[-3:])
 
 
-def _flush() -> None:
+def flush_output() -> None:
+    """Flush Python's and C's buffered output to the rank's log."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -175,6 +175,7 @@ def _fault_job(system: str, kind: str, plan: Plan) -> Job:
     env = {"BENCH_KIND": kind, "BENCH_N": "3", "BENCH_WORLD_SIZE": "2"}
     if system == OURS_CONT:
         env["BENCH_HANG_LIMIT"] = f"{plan.hang_limit_s:g}"
+        env["CONTINUOUS_TEST_BISECT"] = "off"  # the recovery alone: no rerun of the failed test
         if plan.grace_s is not None:
             env["CONTINUOUS_TEST_GRACE"] = f"{plan.grace_s:g}"
         cap = plan.ours_fault_cap_s

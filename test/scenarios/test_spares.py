@@ -1,0 +1,114 @@
+"""Ranks forked ahead of need (spares): a fresh test's ranks, and a restarted world's.
+
+``EXPECT_AHEAD`` names the tests whose ranks must have been forked ahead (run
+in file order, under ``python`` or pytest).  The last class checks that nothing
+forked ahead outlives its class: the template has no child left.
+"""
+import os
+import time
+import unittest
+
+import torch
+import torch.distributed as dist
+
+import continuous_test
+from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, run_tests, worker
+
+
+def check_forked_ahead(case):
+    expected = case._testMethodName in os.environ.get("EXPECT_AHEAD", "").split(",")
+    context = worker.current()
+    assert context is not None
+    case.assertEqual(context.forked_ahead, expected, f"rank {context.rank} of {case._testMethodName}")
+
+
+class FreshSpareTest(MultiProcessTestCase):
+    world_size = 2
+
+    def setUp(self):
+        # Changed in the controller after the next test's spares were forked: the
+        # ranks must see this test's value.
+        os.environ["SPARE_MARK"] = self._testMethodName
+        super().setUp()
+
+    def _check(self):
+        check_forked_ahead(self)
+        self.assertEqual(os.environ.get("SPARE_MARK"), self._testMethodName)
+        self.assertEqual(os.environ.get("RANK"), str(self.rank))
+        self.init_pg("gloo")
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        self.assertEqual(t.item(), 2.0)
+
+    def test_fresh_a(self):
+        self._check()
+
+    def test_fresh_b(self):
+        self._check()
+
+    def test_fresh_c(self):
+        print(f"rank {self.rank} says hello", flush=True)
+        self._check()
+        self.fail(f"rank {self.rank} fails on purpose")
+
+
+class WorldSpareTest(MultiProcContinuousTest):
+    world_size = 2
+
+    @classmethod
+    def backend_str(cls):
+        return "gloo"
+
+    @classmethod
+    def device_type(cls):
+        return "cpu"
+
+    def _check(self):
+        check_forked_ahead(self)
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        self.assertEqual(t.item(), 2.0)
+
+    def test_world_a(self):
+        self._check()
+
+    @continuous_test.time_limit(1)
+    def test_world_b_hangs(self):
+        if self.rank == 0:
+            time.sleep(600)
+
+    def test_world_c(self):
+        self._check()
+
+    @continuous_test.time_limit(1)
+    def test_world_d_hangs(self):
+        if self.rank == 0:
+            time.sleep(600)
+
+
+def _children(pid):
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(name))
+    return found
+
+
+class ZzNothingLeftTest(unittest.TestCase):
+    def test_template_has_no_children(self):
+        from continuous_test import template
+
+        pid = template.parent_pid()
+        deadline = time.monotonic() + 10
+        while _children(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(_children(pid), [], f"children of the template {pid}")
+
+
+if __name__ == "__main__":
+    run_tests()
