@@ -177,13 +177,14 @@ _HOOKS = _hook_dicts()
 class Snapshot:
     """Process-global state before a test; taken by the rank, compared after the test."""
 
-    __slots__ = ("scalars", "env", "path", "modules", "streams", "filters", "hooks", "threads", "pg", "groups")
+    __slots__ = ("scalars", "env", "path", "modules", "modules_tag", "streams", "filters", "hooks", "threads", "pg",
+                 "groups")
 
     def __init__(self) -> None:
         self.scalars = tuple([read() for _, read, _ in _SCALARS])
         self.env = dict(os.environ._data)  # type: ignore[attr-defined]  # raw copy: no decoding
         self.path = list(sys.path)
-        self.modules = _modules_copy()
+        self.modules, self.modules_tag = _modules_copy()
         self.streams = (sys.stdout, sys.stderr)
         self.filters = list(warnings.filters)
         self.hooks = tuple([tuple(d.items()) if d else () for _, d in _HOOKS])
@@ -192,20 +193,69 @@ class Snapshot:
 
 
 # Copying sys.modules (over a thousand entries in a rank) is the largest part of
-# a snapshot.  The copy of the previous test is reused when the check after it
-# found sys.modules equal to it: nothing between two tests replaces a module, and
-# an import adds one, which changes the length.
+# a snapshot, and comparing it the largest part of a check: after a collective
+# the caches are cold, and a look at every entry costs a quarter of a
+# millisecond.  Where CPython keeps a dict's version tag (PEP 509), which changes
+# with every change to the dict, an unchanged tag proves sys.modules unchanged;
+# the copy of the previous test is then reused, and the check reads one number.
+# Without the tag, the copy is reused when the check after it found sys.modules
+# equal to it: nothing between two tests replaces a module, and an import adds
+# one, which changes the length.
 _modules_cache: Optional[Dict[str, Any]] = None
+# sys.modules' version tag when _modules_cache was copied (None: no tag to read).
+_modules_cache_tag: Optional[int] = None
 # Set by a check that found sys.modules equal to the cached copy; a snapshot uses it once.
 _modules_verified = False
 
 
-def _modules_copy() -> Dict[str, Any]:
-    global _modules_cache, _modules_verified
-    if not _modules_verified or _modules_cache is None or len(_modules_cache) != len(sys.modules):
-        _modules_cache = dict(sys.modules)
+def _version_tag_reader() -> Optional[Callable[[dict], int]]:
+    """A reader of a dict's PEP 509 version tag, if this interpreter provably keeps one; else None.
+
+    The tag is a private field (``ma_version_tag``, after the object header and
+    ``ma_used``), kept by CPython 3.10 to 3.12.  It is trusted only if it changes,
+    here and now, on each kind of change a test could make to sys.modules.
+    """
+    if (sys.implementation.name != "cpython" or not (3, 10) <= sys.version_info[:2] <= (3, 12)
+            or hasattr(sys, "gettotalrefcount") or sys.maxsize < 2**32):
+        return None  # not CPython, another layout, or a debug build (a longer object header)
+    import ctypes
+
+    def tag(d: dict) -> int:
+        return ctypes.c_uint64.from_address(id(d) + 24).value
+
+    probe: Dict[str, Any] = {"a": ModuleType("a"), "b": ModuleType("b")}
+    seen = [tag(probe)]
+    for change in (lambda: probe.__setitem__("a", ModuleType("a")), lambda: probe.pop("b"),
+                   lambda: probe.__setitem__("c", None), lambda: probe.update(b=None), probe.clear):
+        change()
+        seen.append(tag(probe))
+    steady = tag(sys.modules) == tag(sys.modules)
+    return tag if steady and all(a < b for a, b in zip(seen, seen[1:])) else None
+
+
+_modules_tag = _version_tag_reader()
+
+
+def _modules_copy() -> Tuple[Dict[str, Any], Optional[int]]:
+    """A copy of sys.modules for a snapshot, and its version tag (None: no tag)."""
+    global _modules_cache, _modules_cache_tag, _modules_verified
+    tag = _modules_tag(sys.modules) if _modules_tag is not None else None
+    if tag is not None:
+        reuse = _modules_cache is not None and tag == _modules_cache_tag
+    else:
+        reuse = _modules_verified and _modules_cache is not None and len(_modules_cache) == len(sys.modules)
+    if not reuse:
+        _modules_cache, _modules_cache_tag = dict(sys.modules), tag
     _modules_verified = False
-    return _modules_cache
+    assert _modules_cache is not None
+    return _modules_cache, tag
+
+
+def _modules_unchanged(before: Snapshot) -> bool:
+    """Whether sys.modules holds what it held when ``before`` was taken."""
+    if before.modules_tag is not None and _modules_tag is not None:
+        return _modules_tag(sys.modules) == before.modules_tag
+    return len(sys.modules) == len(before.modules) and before.modules.items() <= sys.modules.items()
 
 
 def take() -> Snapshot:
@@ -246,7 +296,7 @@ def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
     _check_env(before.env, found)
     if sys.path != before.path:
         found.append(_put_back_list("sys.path", before.path, sys.path))
-    if len(sys.modules) != len(before.modules) or not before.modules.items() <= sys.modules.items():
+    if not _modules_unchanged(before):
         _check_modules(before.modules, found)
     else:
         _modules_verified_equal(before.modules)
