@@ -208,6 +208,7 @@ class World:
         try:
             for handle in self.ranks:
                 handle.mark_output()
+            for handle in self.ranks:  # nothing else in this loop: a woken rank may preempt the controller
                 _send_bytes(handle, payload)  # pickled once for every rank
             self._reinit = None
             waited = self._watch.wait(goal)
