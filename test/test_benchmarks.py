@@ -200,3 +200,15 @@ def test_the_floor_leaves_nothing_behind(tmp_path):
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
+
+
+def test_leak_benchmark_reports_every_figure(tmp_path):
+    out = tmp_path / "leaks.json"
+    proc = helpers.run([sys.executable, str(ROOT / "benchmarks" / "leaks.py"), "--repeat", "1", "--tests", "3",
+                        "--loops", "10", "--json", str(out)], timeout=SMOKE_TIMEOUT)
+    assert proc.returncode == 0, helpers.describe(proc)
+    for line in ("snapshot + compare per test, slower rank:", "CPU time of the same, slower rank:",
+                 "suite of 3 trivial tests, per test: off", "CPU time of the slower rank's thread per test"):
+        assert line in proc.stdout, helpers.describe(proc)
+    raw = json.loads(out.read_text())
+    assert raw["suite_cpu_us_off"] > 0 and raw["suite_cpu_us_restore"] > 0, raw
