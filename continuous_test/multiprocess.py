@@ -3,7 +3,11 @@
 Use it for tests that cannot share a world: destroying or aborting a process
 group, watchdog timeouts, expected non-zero exits and crashes.  Ranks are forked
 from the same template as :class:`~continuous_test.MultiProcContinuousTest` uses,
-so a fresh world costs a fork, not an interpreter start and a torch import.
+so a fresh world costs a fork, not an interpreter start and a torch import; and
+not even the fork, after the first test of a class: while a test runs, the next
+test's ranks are forked (:class:`continuous_test.ranks.Spares`).  A rank reports
+its exit code with its outcome and is reaped later, off the test's path; in
+``tearDown``, ``self.processes[i].exitcode`` is already that code.
 
 The surface is torch's: ``setUp`` runs in the controller and may call
 ``self._spawn_processes()`` (if it does not, the ranks start just before the
