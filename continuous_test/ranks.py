@@ -18,9 +18,9 @@ a deadline::
             │                                                                                             │
             └─ Spares.refill: the next test's ranks forked meanwhile        kill groups, reap later ◄─────┘
 
-    spares (Spares): forked in a background thread while a test runs (or while a
-    broken world is killed), they wait for Assign; start_ranks hands them their
-    specs instead of forking, so a test's ranks start without a fork.
+    spares (Spares): forked while a fresh test runs, they wait for Assign;
+    start_ranks hands them their specs instead of forking, so the next test's
+    ranks start without a fork.
 
     launcher (torchrun, srun: continuous_test.in_place)
 
@@ -48,7 +48,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -204,47 +203,45 @@ def _fork_ranks(specs: Sequence[RankSpec], name: str) -> List[RankProcess]:
     """Fork one rank per spec from the template."""
     from continuous_test.worker import rank_main
 
-    with _START_LOCK:
-        ctx: Any = template.get_context()
-        ranks = []
-        for spec in specs:
-            log_fd = os.open(spec.log_file, os.O_RDONLY | os.O_CREAT, 0o600)
-            parent, child = ctx.Pipe()
-            control_r, control_w = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=rank_main, args=(spec, child, control_r), name=f"{name}-rank{spec.rank}")
-            try:
-                process.start()
-            finally:
-                child.close()
-                control_r.close()
-            ranks.append(RankProcess(spec.rank, process, parent, spec.log_file, log_fd, control_w))
-        return ranks
+    ctx: Any = template.get_context()
+    ranks = []
+    for spec in specs:
+        log_fd = os.open(spec.log_file, os.O_RDONLY | os.O_CREAT, 0o600)
+        parent, child = ctx.Pipe()
+        control_r, control_w = ctx.Pipe(duplex=False)
+        process = ctx.Process(target=rank_main, args=(spec, child, control_r), name=f"{name}-rank{spec.rank}")
+        try:
+            process.start()
+        finally:
+            child.close()
+            control_r.close()
+        ranks.append(RankProcess(spec.rank, process, parent, spec.log_file, log_fd, control_w))
+    return ranks
 
 
 class Spares:
     """Ranks forked ahead of need, so that the next fresh world costs no fork.
 
     A fork of the template (and its page tables) is most of what starting a
-    rank costs.  After a fresh test's ranks start, the next test's are forked in
-    a background thread while the test runs (its ranks mostly wait on sockets).
-    A spare does at once what does not depend on its test (its process group,
-    its tie to the template, the environment, coverage), then waits for
+    rank costs.  Right after a fresh test's ranks start, the next test's are
+    forked, while the test runs: its ranks do not need the controller until they
+    report, and they mostly wait on sockets, so the fork costs that test
+    nothing.  A spare does at once what does not depend on its test (its process
+    group, its tie to the template, the environment, coverage), then waits for
     :class:`~continuous_test.protocol.Assign` with the spec it is to run; any
     role, any class, as long as the world size matches.  At most one set is
     kept; a set of the wrong size, or with a dead member, is killed.  Spares are
     killed when their class ends, and at exit (the template kills whatever is
-    left if the controller dies).
+    left if the controller dies).  No thread: the controller forks them itself.
     """
 
     def __init__(self) -> None:
         self._ranks: List[RankProcess] = []
         self._dir: Optional[str] = None
         self._owner: Optional[type] = None
-        self._thread: Optional[threading.Thread] = None
 
     def refill(self, owner: type, settings: ClassSettings) -> None:
-        """Fork ``settings.world_size`` spares in the background, for the next test of ``owner``."""
-        self._join()
+        """Fork ``settings.world_size`` spares now, for the next test of ``owner``."""
         if self._ranks and len(self._ranks) == settings.world_size and self._owner is owner:
             return
         self.discard()
@@ -252,24 +249,13 @@ class Spares:
             return  # spawn: nothing to fork from
         self._owner = owner
         self._dir = tempfile.mkdtemp(prefix="spares-", dir=template.private_dir())
-        specs = rank_specs(owner, settings, self._dir, role=SPARE_ROLE)
-        self._thread = threading.Thread(target=self._fork, args=(specs,), name="continuous_test-spares", daemon=True)
-        self._thread.start()
-
-    def _fork(self, specs: List[RankSpec]) -> None:
         try:
-            self._ranks = _fork_ranks(specs, "spare")
+            self._ranks = _fork_ranks(rank_specs(owner, settings, self._dir, role=SPARE_ROLE), "spare")
         except Exception:  # noqa: BLE001 - no spares: the next test forks its own, and reports what fails
-            self._ranks = []
-
-    def _join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+            self.discard()
 
     def take(self, specs: Sequence[RankSpec]) -> Optional[List[RankProcess]]:
         """The spares, each assigned its spec; None if there is no usable set."""
-        self._join()
         ranks = self._ranks
         if not ranks or len(ranks) != len(specs) or not all(h.exitcode() is None for h in ranks):
             self.discard()
@@ -287,7 +273,6 @@ class Spares:
 
     def discard(self, owner: Optional[type] = None) -> None:
         """Kill the spares (only ``owner``'s, if given); a class's end and interpreter exit call this."""
-        self._join()
         if owner is not None and owner is not self._owner:
             return
         ranks, self._ranks, self._owner = self._ranks, [], None
@@ -298,7 +283,6 @@ class Spares:
             self._dir = None
 
 
-_START_LOCK = threading.Lock()
 SPARES = Spares()
 
 

@@ -47,7 +47,7 @@ from continuous_test import config, progress, protocol, template, timeline
 from continuous_test.outcome import FaultKind, RankFault, RankOutcome, exit_description, prefix_lines
 from continuous_test.report import RankDiedError, Verdict, merge
 from continuous_test.protocol import InitFailed, Ready, RunTest, Shutdown, Stacks, TestDone
-from continuous_test.ranks import SPARES, Goal, ProtocolError, RankProcess, Waited, Watch, kill_ranks, start_ranks
+from continuous_test.ranks import Goal, ProtocolError, RankProcess, Waited, Watch, kill_ranks, start_ranks
 
 __all__ = [
     "World",
@@ -252,8 +252,6 @@ class World:
         if verdict.restart_world or waited.died_after_reply:
             # The world is discarded: killing is as clean as a graceful shutdown
             # (the ranks hold nothing else) and never waits on a broken group.
-            # Its successor's ranks are forked meanwhile, for the next test.
-            SPARES.refill(self.cls, self.settings)
             self._discard()
         elif any(o.group_changed for o in outcomes.values()):
             self._reinit_count += 1
@@ -381,7 +379,6 @@ def _again(error: BaseException, cls: type) -> BaseException:
 
 def stop_world(cls: type) -> None:
     """Stop the world of ``cls``; ``tearDownClass`` calls this, and it fails if a rank died outside a test."""
-    SPARES.discard(cls)  # forked for a restart that no test of the class needed
     world = _WORLDS.pop(cls, None)
     if world is None:
         return

@@ -5,7 +5,7 @@ import helpers
 from helpers import describe, pytest_counts, unittest_counts
 
 SCENARIO = "test_spares.py"
-ALL_AHEAD = "test_fresh_b,test_fresh_c,test_world_c"
+ALL_AHEAD = "test_fresh_b,test_fresh_c"
 
 
 @pytest.mark.parametrize("runner", ["python", "pytest"])
@@ -14,14 +14,13 @@ def test_next_tests_ranks_are_forked_ahead_and_nothing_outlives_the_class(runner
     if runner == "python":
         proc = helpers.python(SCENARIO, env=env)
         counts = unittest_counts(proc.stderr)
-        assert counts == {"ran": 8, "failures": 1, "errors": 2}, describe(proc)
+        assert counts == {"ran": 6, "failures": 1}, describe(proc)
     else:
         proc = helpers.pytest(SCENARIO, "-rA", env=env)
-        assert pytest_counts(proc.stdout) == {"passed": 5, "failed": 3}, describe(proc)
+        assert pytest_counts(proc.stdout) == {"passed": 5, "failed": 1}, describe(proc)
     out = proc.stdout + proc.stderr
     # A spare's own output goes to the test that it served, and no further.
     assert "rank 1 fails on purpose" in out and "[rank1] rank 1 says hello" in out, describe(proc)
-    assert "test_world_b_hangs exceeded its time limit of 1 s" in out, describe(proc)
     assert "forked_ahead" not in out.replace("context.forked_ahead, expected", ""), describe(proc)
 
 
@@ -30,4 +29,4 @@ def test_the_first_test_and_a_lone_test_fork_their_own():
     # and must be killed when the class ends (the last class checks).
     proc = helpers.pytest(SCENARIO, "-k", "test_fresh_b or test_world_a or ZzNothingLeft", "-rA",
                           env={"EXPECT_AHEAD": ""})
-    assert pytest_counts(proc.stdout) == {"passed": 3, "deselected": 5}, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 3, "deselected": 3}, describe(proc)

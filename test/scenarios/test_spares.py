@@ -1,4 +1,4 @@
-"""Ranks forked ahead of need (spares): a fresh test's ranks, and a restarted world's.
+"""Ranks forked ahead of need (spares): the next fresh test's ranks.
 
 ``EXPECT_AHEAD`` names the tests whose ranks must have been forked ahead (run
 in file order, under ``python`` or pytest).  The last class checks that nothing
@@ -11,7 +11,6 @@ import unittest
 import torch
 import torch.distributed as dist
 
-import continuous_test
 from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, run_tests, worker
 
 
@@ -52,7 +51,9 @@ class FreshSpareTest(MultiProcessTestCase):
         self.fail(f"rank {self.rank} fails on purpose")
 
 
-class WorldSpareTest(MultiProcContinuousTest):
+class WorldAfterSparesTest(MultiProcContinuousTest):
+    """Runs after FreshSpareTest: the spares forked for it were killed when it ended."""
+
     world_size = 2
 
     @classmethod
@@ -72,18 +73,8 @@ class WorldSpareTest(MultiProcContinuousTest):
     def test_world_a(self):
         self._check()
 
-    @continuous_test.time_limit(1)
-    def test_world_b_hangs(self):
-        if self.rank == 0:
-            time.sleep(600)
-
-    def test_world_c(self):
+    def test_world_b(self):
         self._check()
-
-    @continuous_test.time_limit(1)
-    def test_world_d_hangs(self):
-        if self.rank == 0:
-            time.sleep(600)
 
 
 def _children(pid):
