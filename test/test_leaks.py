@@ -41,6 +41,32 @@ def test_a_module_replaced_after_a_reused_copy_is_still_seen():
     assert report.leaks[0].item == "sys.modules['json']" and sys.modules["json"] is json
 
 
+@pytest.mark.parametrize("tag", ["version tag", "no version tag"])
+def test_sys_modules_changes_are_seen_with_and_without_the_version_tag(tag, monkeypatch):
+    if tag == "no version tag":
+        monkeypatch.setattr(leaks, "_modules_tag", None)
+    elif leaks._modules_tag is None:
+        pytest.skip("this interpreter keeps no dict version tag")
+    json = sys.modules["json"]
+    for change, item in [(lambda: sys.modules.__setitem__("json", object()), "sys.modules['json']"),
+                         (lambda: sys.modules.pop("json"), "sys.modules['json']"),
+                         (lambda: sys.modules.__setitem__("ct_fake_module", None), "sys.modules['ct_fake_module']")]:
+        for _ in range(2):  # a reused copy of sys.modules, then the change
+            assert leaks.check(leaks.take(), "restore") is None
+        assert [leak.item for leak in _check(change).leaks] == [item]
+        assert sys.modules["json"] is json and "ct_fake_module" not in sys.modules
+
+
+def test_the_version_tag_is_read_where_cpython_keeps_it():
+    # CPython 3.10 to 3.12 keep it (PEP 509); the leak check then costs one read for sys.modules.
+    if sys.implementation.name == "cpython" and (3, 10) <= sys.version_info[:2] <= (3, 12):
+        assert leaks._modules_tag is not None
+        before = leaks._modules_tag(sys.modules)
+        sys.modules["ct_probe"] = sys.modules["json"]
+        del sys.modules["ct_probe"]
+        assert leaks._modules_tag(sys.modules) > before
+
+
 def test_filters_a_newly_imported_module_sets_for_its_own_warnings_are_not_a_leak(tmp_path, monkeypatch):
     # As sympy does on import, which torch's assert_close imports lazily.
     (tmp_path / "ct_own_warning.py").write_text(
