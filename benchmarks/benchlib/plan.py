@@ -147,6 +147,8 @@ def _judged(system: str, ws: int, n: int, plan: Plan) -> bool:
     """
     if system == OURS_CONT and n == plan.start_n and ws in LAUNCH_TARGET_WORLD_SIZES:
         return True
+    if system in (OURS_CONT, TORCH_CONT, TORCH_FRESH) and n == plan.fresh_n and ws == min(plan.suite_world_sizes):
+        return True  # scenario 1's targets (report._suite_rows)
     if system in (OURS_CONT, TORCH_CONT) and n == plan.dispatch_n and ws in plan.dispatch_world_sizes:
         return True
     return system == OURS_FRESH and n == plan.dispatch_n and ws == min(plan.suite_world_sizes)

@@ -215,8 +215,8 @@ def _suite(b: _Builder) -> Section:
         "every test.  Floors: the same bodies in a loop inside one test of a running world "
         f"(scenarios/floor.py).  torch's MultiProcessTestCase runs only at N = "
         f"{', '.join(map(str, p.torch_fresh_sizes))}, ours at N={p.dispatch_n} only at "
-        f"{min(p.suite_world_sizes)} ranks.  Only the runs targets are judged on repeat (scenarios 2 to 4); "
-        "the others run once, so their cells have no range."))
+        f"{min(p.suite_world_sizes)} ranks.  Only the runs targets are judged on repeat (here N={p.fresh_n} at "
+        f"{min(p.suite_world_sizes)} ranks, and scenarios 2 to 4); the others run once, so their cells have no range."))
     targeted = (min(p.suite_world_sizes), p.fresh_n)
     for ws in p.suite_world_sizes:
         for n in p.suite_sizes:
