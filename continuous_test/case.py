@@ -264,8 +264,9 @@ class MultiProcContinuousTest(TestCase):
         config.leak_policy(cls, method)  # a bad value fails here, naming its source
         started = world.start_world_for(cls)
         limit = config.test_time_limit(cls, method)
-        verdict = started.run_test(self._testMethodName, replay.short_id(self), limit)
-        return isolate.after_test(started, self._testMethodName, replay.short_id(self), limit, verdict)
+        test_id = replay.short_id(self)
+        verdict = started.run_test(self._testMethodName, test_id, limit)
+        return isolate.after_test(started, self._testMethodName, test_id, limit, verdict)
 
     @classmethod
     def tearDownClass(cls) -> None:

@@ -180,10 +180,10 @@ def rank_specs(cls: type, settings: ClassSettings, world_dir: str, role: str = "
     rendezvous = rendezvous or os.path.join(world_dir, "rendezvous")
     os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT, 0o600))
     env = coverage_support.rank_environment()
+    private, parent, controller = template.private_dir(), template.parent_pid(), os.getpid()
     return [RankSpec(rank, settings.world_size, cls.__module__, cls.__qualname__, module_file,
                      world_dir, rendezvous, os.path.join(world_dir, f"rank{rank}.log"), env,
-                     template.private_dir(), role, method, controller_pid=os.getpid(),
-                     parent_pid=template.parent_pid(), settings=settings)
+                     private, role, method, controller_pid=controller, parent_pid=parent, settings=settings)
             for rank in range(settings.world_size)]
 
 

@@ -32,7 +32,7 @@ import threading
 import traceback
 import unittest
 from dataclasses import dataclass
-from typing import Any, NoReturn, Optional
+from typing import AbstractSet, Any, NoReturn, Optional
 
 import torch
 
@@ -464,9 +464,9 @@ def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
     test's leak policy is ``off``, process-global state is compared with a snapshot
     taken before it (:mod:`continuous_test.leaks`), and put back.
     """
-    groups = _group_names()
     policy = _leak_policy(case)
     before = leaks.take() if policy != "off" else None
+    groups = before.groups if before is not None else _group_names()
     recorder.begin_test(case)
     seed_everything(SEED)
     result = RankResult()
@@ -491,7 +491,7 @@ def _group_names() -> set:
     return set(c10d._world.pg_names.keys())
 
 
-def _release_subgroups(before: set) -> None:
+def _release_subgroups(before: AbstractSet[Any]) -> None:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 

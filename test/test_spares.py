@@ -14,10 +14,10 @@ def test_next_tests_ranks_are_forked_ahead_and_nothing_outlives_the_class(runner
     if runner == "python":
         proc = helpers.python(SCENARIO, env=env)
         counts = unittest_counts(proc.stderr)
-        assert counts == {"ran": 6, "failures": 1}, describe(proc)
+        assert counts == {"ran": 7, "failures": 1}, describe(proc)
     else:
         proc = helpers.pytest(SCENARIO, "-rA", env=env)
-        assert pytest_counts(proc.stdout) == {"passed": 5, "failed": 1}, describe(proc)
+        assert pytest_counts(proc.stdout) == {"passed": 6, "failed": 1}, describe(proc)
     out = proc.stdout + proc.stderr
     # A spare's own output goes to the test that it served, and no further.
     assert "rank 1 fails on purpose" in out and "[rank1] rank 1 says hello" in out, describe(proc)
@@ -27,6 +27,6 @@ def test_next_tests_ranks_are_forked_ahead_and_nothing_outlives_the_class(runner
 def test_the_first_test_and_a_lone_test_fork_their_own():
     # -k one test: the class expects more (it has three), so a spare set is forked
     # and must be killed when the class ends (the last class checks).
-    proc = helpers.pytest(SCENARIO, "-k", "test_fresh_b or test_world_a or ZzNothingLeft", "-rA",
+    proc = helpers.pytest(SCENARIO, "-k", "test_fresh_b or test_world_a or LeftNothing or NothingLeft", "-rA",
                           env={"EXPECT_AHEAD": ""})
-    assert pytest_counts(proc.stdout) == {"passed": 3, "deselected": 3}, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 4, "deselected": 3}, describe(proc)

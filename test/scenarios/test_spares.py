@@ -51,6 +51,15 @@ class FreshSpareTest(MultiProcessTestCase):
         self.fail(f"rank {self.rank} fails on purpose")
 
 
+class FreshSparesLeftNothingTest(unittest.TestCase):
+    """Runs right after FreshSpareTest, before any other rank starts."""
+
+    def test_the_controller_holds_no_spare_and_no_unreaped_rank(self):
+        from continuous_test import ranks
+
+        self.assertEqual((ranks.SPARES._ranks, ranks._RETIRED), ([], []))
+
+
 class WorldAfterSparesTest(MultiProcContinuousTest):
     """Runs after FreshSpareTest: the spares forked for it were killed when it ended."""
 
