@@ -22,12 +22,12 @@ import os
 import sys
 import unittest
 from datetime import timedelta
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import expecttest
 import torch
 
-from continuous_test import compare, config, outcome, progress, replay, shuffle, worker
+from continuous_test import ahead, compare, config, outcome, progress, replay, shuffle, worker
 from continuous_test.config import BAD_WORLD_SIZE, NOT_IMPORTABLE, UNKNOWN_BACKEND
 from continuous_test.launch import detect
 
@@ -252,6 +252,7 @@ class MultiProcContinuousTest(TestCase):
 
             return in_place.run_in_place(self, result, launch)
         progress.observe(result)
+        self._ct_next = ahead.next_test(self)
         return replay.run_with(self, result, self._dispatch)
 
     def _dispatch(self) -> Any:
@@ -265,8 +266,27 @@ class MultiProcContinuousTest(TestCase):
         started = world.start_world_for(cls)
         limit = config.test_time_limit(cls, method)
         test_id = replay.short_id(self)
-        verdict = started.run_test(self._testMethodName, test_id, limit)
+        verdict = started.run_test(self._testMethodName, test_id, limit, then=self._next_spec())
         return isolate.after_test(started, self._testMethodName, test_id, limit, verdict)
+
+    def _next_spec(self) -> Any:
+        """What ``World.run_test`` may send ahead: a callable giving the next test's (method, limit), or None."""
+        following = getattr(self, "_ct_next", None)
+        if following is None:
+            return None
+        cls = type(self)
+
+        def spec() -> Optional[Tuple[str, float]]:
+            method = getattr(cls, following, None)
+            if method is None:
+                return None
+            try:
+                config.leak_policy(cls, method)  # a bad value is the test's own error: not sent ahead
+                return following, config.test_time_limit(cls, method)
+            except config.ConfigError:
+                return None
+
+        return spec
 
     @classmethod
     def tearDownClass(cls) -> None:

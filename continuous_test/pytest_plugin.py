@@ -258,14 +258,50 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
     """Run each distributed test with this session's options and its own markers in force."""
-    overrides = item.stash.get(_MARKED, None)
-    if overrides is None:
-        yield
-        return
-    from continuous_test import config as ct_config
+    from continuous_test import ahead
 
-    with ct_config.overridden(overrides):
-        yield
+    overrides = item.stash.get(_MARKED, None)
+    ahead.set_pytest_next(_next_in_world(item, nextitem))
+    try:
+        if overrides is None:
+            yield
+            return
+        from continuous_test import config as ct_config
+
+        with ct_config.overridden(overrides):
+            yield
+    finally:
+        ahead.set_pytest_next(None)
+
+
+# Markers under which pytest itself may skip an item, or not run it as collected.
+_RUNNER_MARKERS = frozenset({"skip", "skipif", "xfail", "usefixtures"})
+
+
+def _next_in_world(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Optional[tuple]:
+    """(class, method, next method) when ``nextitem`` is the next test of ``item``'s shared world
+    and nothing of pytest's runs between the two tests; else None (nothing is sent ahead)."""
+    cls = getattr(item, "cls", None)
+    if nextitem is None or cls is None or getattr(nextitem, "cls", None) is not cls:
+        return None
+    from continuous_test.ahead import skipped_by_unittest
+    from continuous_test.case import MultiProcContinuousTest
+
+    if not (isinstance(cls, type) and issubclass(cls, MultiProcContinuousTest)) or type(item).__name__ != "TestCaseFunction":
+        return None
+    if type(nextitem) is not type(item) or nextitem.stash.get(_MARKED, None) != item.stash.get(_MARKED, None):
+        return None  # the next test's settings are read under this one's: they must be the same
+    if any(mark.name in _RUNNER_MARKERS for mark in nextitem.iter_markers()):
+        return None
+    if skipped_by_unittest(cls, nextitem.name):
+        return None
+    try:
+        defs = nextitem._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+        if any(getattr(d, "scope", "function") == "function" for seq in defs.values() for d in seq):
+            return None  # a fixture of the next test runs after its ranks would have started it
+    except AttributeError:
+        return None
+    return cls, item.name, nextitem.name
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -26,6 +26,16 @@ the last test is not blamed on any test: the next test runs in a restarted world
 and :func:`stop_world` (``tearDownClass``) raises :class:`RankDiedError` naming
 the rank, how it ended and the test after which it happened, so the run fails.
 
+Sending ahead (:mod:`continuous_test.ahead`): when every rank passed test *k*
+plainly and the runner's next test *k + 1* of this class is known, ``run_test(k)``
+sends *k + 1* right after the wait, before merging *k*::
+
+    run_test(k): send k ─ wait (all TestDone k) ─ send k+1 ─ merge k ─► verdict k
+    run_test(k+1):                         (no send) ─ wait (all TestDone k+1) ─ ...
+    run_test(j), j != k+1, or stop():  k+1 is stopped with the world (killed), start() again
+
+A rank that dies once *k + 1* was sent fails *k + 1*, not "between tests".
+
 Waiting, starting and killing ranks live in :mod:`continuous_test.ranks`, whose
 docstring draws all three paths (shared world, fresh ranks, launcher).  Worlds
 are kept in a registry keyed by test class (never on the class itself) and all
@@ -41,7 +51,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, NoReturn, Optional, Sequence
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from continuous_test import config, progress, protocol, template, timeline
 from continuous_test.outcome import FaultKind, RankFault, RankOutcome, exit_description, prefix_lines
@@ -128,6 +138,9 @@ class World:
         # Ranks that died outside any test, reported when the world stops.
         self.late_deaths: List[LateDeath] = []
         self._watch: Optional[Watch] = None
+        # The test sent ahead (continuous_test.ahead): (method, sequence number), until run_test takes it.
+        self._ahead: Optional[Tuple[str, int]] = None
+        self.sent_ahead = 0  # how many tests were sent ahead (tests and benchmarks read it)
 
     def _require(self, action: str, *wanted: WorldState) -> None:
         if self.state not in wanted:
@@ -195,33 +208,77 @@ class World:
 
     # -- running tests ------------------------------------------------------------
 
-    def run_test(self, method: str, test_id: str, time_limit: float, kwargs: Optional[dict] = None) -> Verdict:
-        """Run one test on every rank and merge the outcomes into a verdict."""
-        self._restart_after_late_deaths()
-        self._require("run_test", WorldState.READY)
+    def run_test(self, method: str, test_id: str, time_limit: float, kwargs: Optional[dict] = None,
+                 then: Optional[Callable[[], Optional[Tuple[str, float]]]] = None) -> Verdict:
+        """Run one test on every rank and merge the outcomes into a verdict.
+
+        ``then`` gives the test the runner runs next, as (method, time limit), or
+        None; when every rank passed plainly it is sent before the merge
+        (:mod:`continuous_test.ahead`), and the next ``run_test`` only waits for it.
+        """
+        seq = self._ahead_seq(method, kwargs)
+        if seq is None:
+            self._restart_after_late_deaths()
+            self._require("run_test", WorldState.READY)
+            seq = self._send_test(method, kwargs)
         assert self._watch is not None
-        self._seq += 1
         self._last_test = test_id
-        payload = pickle.dumps(RunTest(method, self._seq, self._reinit, kwargs), pickle.HIGHEST_PROTOCOL)
-        goal = Goal(replies=(TestDone,), seq=self._seq, deadline=time.monotonic() + time_limit, grace=self.grace,
+        goal = Goal(replies=(TestDone,), seq=seq, deadline=time.monotonic() + time_limit, grace=self.grace,
                     progress=progress.for_test(test_id, time_limit, self.ranks))
         try:
-            for handle in self.ranks:
-                handle.mark_output()
-            for handle in self.ranks:  # nothing else in this loop: a woken rank may preempt the controller
-                _send_bytes(handle, payload)  # pickled once for every rank
-            self._reinit = None
             waited = self._watch.wait(goal)
         except (KeyboardInterrupt, ProtocolError):
             self._discard()
             raise
         outputs = {h.rank: h.read_output() for h in self.ranks}
+        if then is not None and self._all_passed_plainly(waited):
+            following = then()
+            if following is not None:
+                self._ahead = (following[0], self._send_test(following[0], None))
+                self.sent_ahead += 1
         outcomes: Dict[int, RankOutcome] = {r: m.full_outcome() for r, m in waited.replies.items()}
         verdict = merge(test_id, self.world_size, outcomes, waited.faults, outputs,
                         grace=self.grace, time_limit=time_limit, note=RESTART_NOTE.format(n=self.world_size),
                         timeline=self._timeline(waited.faults))
         self._after_test(waited, verdict, outcomes, outputs)
         return verdict
+
+    def _send_test(self, method: str, kwargs: Optional[dict]) -> int:
+        """Send ``method`` to every rank; returns its sequence number."""
+        self._seq += 1
+        payload = pickle.dumps(RunTest(method, self._seq, self._reinit, kwargs), pickle.HIGHEST_PROTOCOL)
+        try:
+            for handle in self.ranks:
+                handle.mark_output()
+            for handle in self.ranks:  # nothing else in this loop: a woken rank may preempt the controller
+                _send_bytes(handle, payload)  # pickled once for every rank
+        except KeyboardInterrupt:
+            self._discard()
+            raise
+        self._reinit = None
+        return self._seq
+
+    def _all_passed_plainly(self, waited: Waited) -> bool:
+        """Every rank passed with nothing to report (no leak, no group change): the next test may go ahead."""
+        return (self.state is WorldState.READY and not waited.faults and not waited.died_after_reply
+                and len(waited.replies) == self.world_size and self._reinit is None
+                and all(m.outcome is None for m in waited.replies.values()))
+
+    def _ahead_seq(self, method: str, kwargs: Optional[dict]) -> Optional[int]:
+        """The sequence number of ``method`` if it was sent ahead; a different test sent ahead is stopped.
+
+        A death since the last test is then the running test's fault, not a
+        death between tests: the rank was already in it.
+        """
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        if ahead[0] == method and kwargs is None and self.state is WorldState.READY:
+            return ahead[1]
+        # The runner did not run the test sent ahead: stop it with its world.
+        self._discard()
+        self.start()
+        return None
 
     def _restart_after_late_deaths(self) -> None:
         """Before a test: a rank that died since the last one is reported, and the world restarted."""
@@ -263,6 +320,8 @@ class World:
 
     def stop(self, graceful: bool = True) -> List[LateDeath]:
         """Stop every rank (bounded), remove the world's files, and return the late deaths; safe twice."""
+        if self._ahead is not None:  # a test sent ahead that the runner did not run: stopped, not awaited
+            self._ahead, graceful = None, False
         if self.ranks and graceful and self.state is WorldState.READY:
             self._shutdown_gracefully()
         self._discard()
@@ -272,6 +331,7 @@ class World:
 
     def _discard(self) -> None:
         """Kill the ranks and remove the world's files; the world is BROKEN until it starts again."""
+        self._ahead = None
         self._kill()
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,101 @@
+"""Dispatch ahead: which test the runner will run next, when that is certain.
+
+A shared world's ranks are idle from the moment the last of them reports test
+*k* until the controller sends test *k + 1*.  In between, the controller merges
+*k*'s outcomes, the runner records the result (and prints it), and unittest or
+pytest reaches the next test.  When every rank reported a plain pass and the
+next test of the same class is known, :meth:`World.run_test
+<continuous_test.world.World.run_test>` sends it at once, and does the rest
+while the ranks run it.  The guarantee is the one a test always had: no rank
+starts *k + 1* before every rank ended *k*, passed, and left nothing to put back.
+
+The next test is known from the runner, never guessed:
+
+* unittest (``python test_x.py``, ``python -m unittest``, any runner built on
+  ``unittest.TestSuite``): the suite that calls the test holds the next one; it
+  is found in the suite's frame (:func:`next_in_suite`);
+* pytest: the plugin's ``pytest_runtest_protocol`` hook has ``nextitem``
+  (:func:`set_pytest_next`).  It names the next test only when nothing of
+  pytest's runs between the two tests: no skip or xfail marker, no fixture of
+  function scope, no per-test option of this plugin.
+
+A test sent ahead that the runner then does not run (it stopped after a failure
+the ranks did not see, or Ctrl-C) is stopped with its world before anything
+else runs; the next test starts in a fresh world.  ``CONTINUOUS_TEST_AHEAD=0``
+turns dispatching ahead off.  Controller side only.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import unittest
+import unittest.suite
+from typing import Any, Mapping, Optional, Tuple
+
+__all__ = ["ENV_AHEAD", "enabled", "next_in_suite", "set_pytest_next", "next_test", "skipped_by_unittest"]
+
+ENV_AHEAD = "CONTINUOUS_TEST_AHEAD"
+OFF_VALUES = ("0", "off", "false", "no")
+
+_SUITE_RUN = unittest.suite.TestSuite.run.__code__
+# How far above the caller the suite's frame may be (subclasses' run() overrides add frames).
+_MAX_DEPTH = 8
+# Set by the pytest plugin while one item runs: (class, method, the next item's method).
+_pytest_next: Optional[Tuple[type, str, str]] = None
+
+
+def enabled(env: Mapping[str, str] = os.environ) -> bool:
+    """False when ``CONTINUOUS_TEST_AHEAD`` turns dispatching ahead off."""
+    return env.get(ENV_AHEAD, "").strip().lower() not in OFF_VALUES
+
+
+def next_in_suite(case: unittest.TestCase) -> Optional[unittest.TestCase]:
+    """The test the ``unittest.TestSuite`` running ``case`` runs right after it, or None.
+
+    Reads the suite's own frame (``TestSuite.run``, recognised by its code object,
+    a few frames above the caller): its ``self`` holds the tests and ``index`` the
+    one running.  Any other caller, or a suite whose entry is not ``case``, gives None.
+    """
+    frame: Any = sys._getframe(1)
+    for _ in range(_MAX_DEPTH):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        if frame.f_code is _SUITE_RUN:
+            scope = frame.f_locals
+            suite, index = scope.get("self"), scope.get("index")
+            tests = getattr(suite, "_tests", None)
+            if not isinstance(index, int) or not isinstance(tests, list) or not 0 <= index < len(tests) - 1:
+                return None
+            following = tests[index + 1]
+            return following if tests[index] is case and isinstance(following, unittest.TestCase) else None
+    return None
+
+
+def set_pytest_next(current: Optional[Tuple[type, str, str]]) -> None:
+    """The pytest plugin's hint for the item it runs now: (class, method, next method), or None."""
+    global _pytest_next
+    _pytest_next = current
+
+
+def next_test(case: unittest.TestCase) -> Optional[str]:
+    """The method the runner runs right after ``case`` in the same world, if certain; else None.
+
+    The controller's ``MultiProcContinuousTest.run`` calls this before dispatching.
+    """
+    if not enabled():
+        return None
+    cls, method = type(case), case._testMethodName
+    hint = _pytest_next
+    if hint is not None:
+        return hint[2] if hint[0] is cls and hint[1] == method else None
+    following = next_in_suite(case)
+    if following is None or type(following) is not cls:
+        return None
+    name = following._testMethodName
+    return None if skipped_by_unittest(cls, name) else name
+
+
+def skipped_by_unittest(cls: type, method: str) -> bool:
+    """True when unittest (or pytest, for a unittest class) skips ``cls.method`` without running it."""
+    return bool(getattr(cls, "__unittest_skip__", False) or getattr(getattr(cls, method, None), "__unittest_skip__", False))

@@ -1,0 +1,182 @@
+"""Tests sent ahead (continuous_test.ahead): the next test starts while the runner records the last.
+
+Run as ``python test_ahead.py [Class ...]``, under unittest or pytest (``-k`` picks
+classes), or as ``python test_ahead.py mispredict|stop`` for a runner that does not
+run the test sent ahead.  ``STAMP_DIR`` receives one file per event:
+``ctl-<Class.test>`` when the controller's ``run`` starts a test (after
+``AHEAD_GAP`` seconds of pretended runner work), ``rank<r>-<Class.test>`` when a
+rank starts it, ``pid<r>-<Class.test>`` with the rank's pid, ``ran-<r>-<test>``
+from tests that must not run.  Each class prints ``SENT_AHEAD <class> <n>``
+at its end, from the world's count.
+"""
+import os
+import sys
+import time
+import unittest
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from continuous_test import MultiProcContinuousTest, run_tests, worker
+
+
+def stamp(name, text=None):
+    directory = os.environ.get("STAMP_DIR")
+    if directory:
+        with open(os.path.join(directory, name), "w") as f:
+            f.write(text if text is not None else repr(time.monotonic()))
+
+
+class Stamped(MultiProcContinuousTest):
+    world_size = 2
+
+    @classmethod
+    def backend_str(cls):
+        return "gloo"
+
+    @classmethod
+    def device_type(cls):
+        return "cpu"
+
+    def run(self, result=None):
+        if worker.current() is None:  # the controller: slow runner work before each test
+            time.sleep(float(os.environ.get("AHEAD_GAP", "0")))
+            stamp(f"ctl-{type(self).__name__}.{self._testMethodName}")
+        return super().run(result)
+
+    def setUp(self):
+        super().setUp()
+        stamp(f"rank{self.rank}-{type(self).__name__}.{self._testMethodName}")
+        stamp(f"pid{self.rank}-{type(self).__name__}.{self._testMethodName}", str(os.getpid()))
+
+    @classmethod
+    def tearDownClass(cls):
+        from continuous_test import world
+
+        started = world._WORLDS.get(cls)
+        print(f"SENT_AHEAD {cls.__name__} {started.sent_ahead if started else None}", file=sys.stderr, flush=True)
+        super().tearDownClass()
+
+
+def all_reduce_sum():
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    return t[0].item()
+
+
+class AheadTest(Stamped):
+    def test_a(self):
+        self.assertEqual(all_reduce_sum(), 2)
+
+    def test_b(self):
+        self.assertEqual(all_reduce_sum(), 2)
+
+    def test_c(self):
+        print(f"rank {self.rank} prints in test_c")
+
+    def test_d(self):
+        self.assertEqual(all_reduce_sum(), 2)
+
+
+class NotAheadTest(Stamped):
+    """Only test_c passes plainly: only test_d is sent ahead."""
+
+    def test_a_fails(self):
+        self.assertEqual(self.rank, 0, "rank 1 fails on purpose")
+
+    def test_b_leaks(self):
+        os.environ["CT_AHEAD_LEAK"] = "1"
+
+    def test_c(self):
+        pass
+
+    def test_d(self):
+        pass
+
+
+class SkippedNextTest(Stamped):
+    def test_a(self):
+        pass
+
+    @unittest.skip("never sent ahead")
+    def test_b_skipped(self):
+        stamp(f"ran-{self.rank}-test_b_skipped")
+
+    @pytest.mark.skip(reason="pytest skips it: never sent ahead")
+    def test_c_pytest_skipped(self):
+        stamp(f"ran-{self.rank}-test_c_pytest_skipped")
+
+    def test_d(self):
+        pass
+
+
+class CrashAheadTest(Stamped):
+    def test_a(self):
+        all_reduce_sum()
+
+    def test_b_crashes(self):
+        if self.rank == 1:
+            os._exit(3)
+        all_reduce_sum()
+
+    def test_c(self):
+        self.assertEqual(all_reduce_sum(), 2)
+
+
+class FixtureTest(Stamped):
+    """Under pytest, a function fixture runs before each test: nothing may be sent ahead of it."""
+
+    @pytest.fixture(autouse=True)
+    def _prepare(self):
+        stamp(f"fixture-{self._testMethodName}")
+        yield
+
+    def test_a(self):
+        self.assertTrue(os.path.exists(os.path.join(os.environ["STAMP_DIR"], "fixture-test_a")))
+
+    def test_b(self):
+        self.assertTrue(os.path.exists(os.path.join(os.environ["STAMP_DIR"], "fixture-test_b")))
+
+
+class LongNextTest(Stamped):
+    """For the runners below: test_b would run a minute, and test_c is short."""
+
+    shutdown_timeout = 60.0
+
+    def test_a(self):
+        all_reduce_sum()
+
+    def test_b(self):
+        time.sleep(60)
+
+    def test_c(self):
+        self.assertEqual(all_reduce_sum(), 2)
+
+
+class _StopAfterA(unittest.TextTestResult):
+    """A runner that stops after test_a (``stop``), or runs test_c in test_b's place (``mispredict``)."""
+
+    mode = "stop"
+    suite = None
+
+    def addSuccess(self, test):  # noqa: N802 - unittest's name
+        super().addSuccess(test)
+        if test._testMethodName == "test_a":
+            if self.mode == "stop":
+                self.stop()
+            else:
+                self.suite._tests[1] = LongNextTest("test_c")
+
+
+def _run_stopping(mode):
+    suite = unittest.TestSuite([LongNextTest("test_a"), LongNextTest("test_b")])
+    _StopAfterA.mode, _StopAfterA.suite = mode, suite
+    result = unittest.TextTestRunner(resultclass=_StopAfterA, verbosity=2).run(suite)
+    sys.exit(0 if result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] in ("stop", "mispredict"):
+        _run_stopping(sys.argv[1])
+    run_tests()

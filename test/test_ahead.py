@@ -1,0 +1,123 @@
+"""Tests sent ahead (continuous_test.ahead), run as real scenario files under each runner."""
+import os
+import re
+import sys
+import time
+
+import pytest
+
+import helpers
+from helpers import describe, pytest_counts, unittest_counts
+
+SCENARIO = "test_ahead.py"
+GAP = "0.3"  # seconds of pretended runner work before each test, in the controller
+
+
+def run(runner, classes, stamp_dir, env=None, args=()):
+    env = {"STAMP_DIR": str(stamp_dir), **(env or {})}
+    if runner == "python":
+        return helpers.python(SCENARIO, *classes, *args, env=env)
+    if runner == "unittest":
+        return helpers.run([sys.executable, "-m", "unittest", *(f"test_ahead.{c}" for c in classes), *args], env=env)
+    ids = [f"{SCENARIO}::{c}" for c in classes]
+    return helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *ids, *args], env=env)
+
+
+def sent_ahead(proc, cls):
+    match = re.search(rf"SENT_AHEAD {cls} (\S+)", proc.stdout + proc.stderr)
+    assert match, describe(proc)
+    return match.group(1)
+
+
+def stamp(stamp_dir, name):
+    return float((stamp_dir / name).read_text())
+
+
+@pytest.mark.parametrize("runner", ["python", "unittest", "pytest"])
+def test_the_next_test_starts_while_the_runner_records_the_last(runner, tmp_path):
+    proc = run(runner, ["AheadTest"], tmp_path, env={"AHEAD_GAP": GAP})
+    assert proc.returncode == 0, describe(proc)
+    assert sent_ahead(proc, "AheadTest") == "3", describe(proc)
+    # The first test waits for the runner; each later one was on the ranks before
+    # the runner (slow by GAP seconds) asked for it.
+    assert stamp(tmp_path, "rank0-AheadTest.test_a") > stamp(tmp_path, "ctl-AheadTest.test_a")
+    for test in ("test_b", "test_c", "test_d"):
+        for rank in (0, 1):
+            assert stamp(tmp_path, f"rank{rank}-AheadTest.{test}") < stamp(tmp_path, f"ctl-AheadTest.{test}"), test
+    # A test sent ahead keeps its own output.
+    out = proc.stdout + proc.stderr
+    assert "[rank0] rank 0 prints in test_c" in out and "[rank1] rank 1 prints in test_c" in out, describe(proc)
+
+
+def test_turned_off_every_test_waits_for_the_runner(tmp_path):
+    proc = run("python", ["AheadTest"], tmp_path, env={"AHEAD_GAP": GAP, "CONTINUOUS_TEST_AHEAD": "0"})
+    assert proc.returncode == 0, describe(proc)
+    assert sent_ahead(proc, "AheadTest") == "0", describe(proc)
+    for test in ("test_a", "test_b", "test_c", "test_d"):
+        assert stamp(tmp_path, f"rank0-AheadTest.{test}") > stamp(tmp_path, f"ctl-AheadTest.{test}"), test
+
+
+def test_only_a_plain_pass_on_every_rank_sends_the_next_test(tmp_path):
+    # test_a fails on rank 1 and test_b leaks: neither sends the next test; test_c does.
+    proc = run("python", ["NotAheadTest"], tmp_path)
+    assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
+    assert sent_ahead(proc, "NotAheadTest") == "1", describe(proc)
+    assert "left environment variable CT_AHEAD_LEAK changed" in proc.stderr, describe(proc)
+
+
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+def test_a_test_the_runner_skips_is_never_sent_ahead(runner, tmp_path):
+    proc = run(runner, ["SkippedNextTest"], tmp_path)
+    assert proc.returncode == 0, describe(proc)
+    ran = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ran-"))
+    if runner == "python":  # pytest's marker means nothing to unittest: that test runs
+        assert sent_ahead(proc, "SkippedNextTest") == "1", describe(proc)
+        assert ran == ["ran-0-test_c_pytest_skipped", "ran-1-test_c_pytest_skipped"], ran
+    else:
+        assert pytest_counts(proc.stdout) == {"passed": 2, "skipped": 2}, describe(proc)
+        assert sent_ahead(proc, "SkippedNextTest") == "0", describe(proc)
+        assert ran == [], ran
+
+
+def test_a_rank_dying_in_a_test_sent_ahead_fails_that_test(tmp_path):
+    proc = run("python", ["CrashAheadTest"], tmp_path)
+    assert unittest_counts(proc.stderr) == {"ran": 3, "errors": 1}, describe(proc)
+    assert sent_ahead(proc, "CrashAheadTest") == "1", describe(proc)
+    assert "rank 1 died with exit code 3 while running CrashAheadTest.test_b_crashes" in proc.stderr, describe(proc)
+    assert "died with exit code 3 after" not in proc.stderr, describe(proc)  # not "between tests"
+
+
+def test_a_pytest_fixture_of_the_next_test_runs_before_its_ranks_start_it(tmp_path):
+    proc = run("pytest", ["FixtureTest"], tmp_path)
+    assert pytest_counts(proc.stdout) == {"passed": 2}, describe(proc)
+    assert sent_ahead(proc, "FixtureTest") == "0", describe(proc)
+
+
+@pytest.mark.parametrize("mode", ["stop", "mispredict"])
+def test_a_test_sent_ahead_that_the_runner_does_not_run_is_stopped(mode, tmp_path):
+    # test_b (a minute long) is sent ahead after test_a; the runner then stops
+    # (``stop``) or runs test_c instead (``mispredict``).  Waiting for test_b, or
+    # for a graceful shutdown (60 s on this class), would take a minute.
+    started = time.monotonic()
+    proc = run("python", [], tmp_path, args=[mode])
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, describe(proc)
+    assert elapsed < 30, f"{elapsed:.1f} s\n{describe(proc)}"
+    assert sent_ahead(proc, "LongNextTest") == "1", describe(proc)
+    pids = {p.name: int(p.read_text()) for p in tmp_path.iterdir() if p.name.startswith("pid")}
+    if mode == "mispredict":
+        assert "Ran 2 tests" in proc.stderr, describe(proc)
+        # test_c ran in a fresh world: test_b's ranks were stopped with theirs.
+        assert pids["pid0-LongNextTest.test_c"] != pids["pid0-LongNextTest.test_a"], pids
+    else:
+        assert "Ran 1 test" in proc.stderr, describe(proc)
+    for pid in pids.values():
+        assert not os.path.exists(f"/proc/{pid}") or _zombie(pid), f"rank {pid} outlived the run"
+
+
+def _zombie(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
