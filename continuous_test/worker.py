@@ -32,7 +32,7 @@ import threading
 import traceback
 import unittest
 from dataclasses import dataclass
-from typing import AbstractSet, Any, NoReturn, Optional
+from typing import AbstractSet, Any, Dict, NoReturn, Optional, Tuple
 
 import torch
 
@@ -465,7 +465,11 @@ def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
     taken before it (:mod:`continuous_test.leaks`), and put back.
     """
     policy = _leak_policy(case)
-    before = leaks.take() if policy != "off" else None
+    if policy != "off":
+        before: Optional[leaks.Snapshot] = leaks.take()
+    else:
+        before = None
+        leaks.forget()
     groups = before.groups if before is not None else _group_names()
     recorder.begin_test(case)
     seed_everything(SEED)
@@ -479,10 +483,20 @@ def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
 
 
 def _leak_policy(case: unittest.TestCase) -> str:
-    try:
-        return config.leak_policy(type(case), getattr(case, case._testMethodName, None))
-    except config.ConfigError:  # the controller reports it; the rank keeps the default
-        return config.DEFAULT_LEAK_POLICY
+    """The test's leak policy, resolved once per test method and value of ``CONTINUOUS_TEST_LEAKS``."""
+    cls, name = type(case), case._testMethodName
+    key = (cls, name, os.environ.get(config.ENV_LEAKS))
+    policy = _policies.get(key)
+    if policy is None:
+        try:
+            policy = config.leak_policy(cls, getattr(case, name, None))
+        except config.ConfigError:  # the controller reports it; the rank keeps the default
+            policy = config.DEFAULT_LEAK_POLICY
+        _policies[key] = policy
+    return policy
+
+
+_policies: Dict[Tuple[type, str, Optional[str]], str] = {}
 
 
 def _group_names() -> set:
@@ -495,6 +509,9 @@ def _release_subgroups(before: AbstractSet[Any]) -> None:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
+    names = c10d._world.pg_names
+    if len(names) == len(before) and names.keys() <= before:
+        return  # the groups of before the test, and no other
     if not dist.is_initialized():
         return
     default = c10d._get_default_group()

@@ -10,6 +10,7 @@ import importlib
 import os
 import sys
 import threading
+import unittest
 import warnings
 
 import pytest
@@ -55,6 +56,44 @@ def test_sys_modules_changes_are_seen_with_and_without_the_version_tag(tag, monk
             assert leaks.check(leaks.take(), "restore") is None
         assert [leak.item for leak in _check(change).leaks] == [item]
         assert sys.modules["json"] is json and "ct_fake_module" not in sys.modules
+
+
+def test_a_snapshot_after_a_clean_check_still_sees_the_harness_change_between_tests():
+    # A clean check lets the next snapshot take its items over; what the harness
+    # itself may change between two tests (environment, sys.path) is read again.
+    assert leaks.check(leaks.take(), "restore") is None
+    os.environ["CT_BETWEEN_TESTS"] = "1"
+    sys.path.append("/ct-between-tests")
+    try:
+        assert leaks.check(leaks.take(), "restore") is None
+    finally:
+        del os.environ["CT_BETWEEN_TESTS"]
+        sys.path.remove("/ct-between-tests")
+
+
+class _OffCase(unittest.TestCase):
+    leak_policy = "off"
+
+    def test_leaves_float64(self):
+        torch.set_default_dtype(torch.float64)
+
+
+class _CheckedCase(unittest.TestCase):
+    def test_clean(self):
+        pass
+
+
+def test_a_test_after_an_unchecked_one_is_not_blamed_for_its_leak():
+    # The unchecked test (policy off) leaves a scalar changed; the next test's
+    # snapshot must read it again rather than take over the one before.
+    from continuous_test import worker
+
+    assert worker.run_case(_CheckedCase("test_clean"), 0).leaks is None
+    try:
+        worker.run_case(_OffCase("test_leaves_float64"), 0)
+        assert worker.run_case(_CheckedCase("test_clean"), 0).leaks is None
+    finally:
+        torch.set_default_dtype(torch.float32)
 
 
 def test_the_version_tag_is_read_where_cpython_keeps_it():
