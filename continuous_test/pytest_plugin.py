@@ -295,13 +295,19 @@ def _next_in_world(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Option
         return None
     if skipped_by_unittest(cls, nextitem.name):
         return None
-    try:
-        defs = nextitem._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
-        if any(getattr(d, "scope", "function") == "function" for seq in defs.values() for d in seq):
-            return None  # a fixture of the next test runs after its ranks would have started it
-    except AttributeError:
+    if _function_fixtures(item) or _function_fixtures(nextitem):
+        # This test's fixtures end, and the next one's start, after the next test was sent.
         return None
     return cls, item.name, nextitem.name
+
+
+def _function_fixtures(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a fixture of function scope (True when that cannot be told)."""
+    try:
+        defs = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+        return any(getattr(d, "scope", "function") == "function" for seq in defs.values() for d in seq)
+    except AttributeError:
+        return True
 
 
 @pytest.hookimpl(hookwrapper=True)

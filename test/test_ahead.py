@@ -87,10 +87,12 @@ def test_a_rank_dying_in_a_test_sent_ahead_fails_that_test(tmp_path):
     assert "died with exit code 3 after" not in proc.stderr, describe(proc)  # not "between tests"
 
 
-def test_a_pytest_fixture_of_the_next_test_runs_before_its_ranks_start_it(tmp_path):
-    proc = run("pytest", ["FixtureTest"], tmp_path)
+@pytest.mark.parametrize("cls", ["FixtureTest", "FixtureTeardownTest"])
+def test_pytest_fixtures_of_either_test_run_before_the_next_test_starts(cls, tmp_path):
+    # FixtureTest: the next test's own fixture; FixtureTeardownTest: the last one's teardown.
+    proc = run("pytest", [cls], tmp_path)
     assert pytest_counts(proc.stdout) == {"passed": 2}, describe(proc)
-    assert sent_ahead(proc, "FixtureTest") == "0", describe(proc)
+    assert sent_ahead(proc, cls) == "0", describe(proc)
 
 
 @pytest.mark.parametrize("mode", ["stop", "mispredict"])

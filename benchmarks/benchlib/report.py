@@ -341,7 +341,9 @@ def _dispatch(b: _Builder) -> Section:
     section = Section("dispatch", "4. Per-test dispatch", (
         f"Continuous classes, N={n}: per test (end of the first test to end of the last, over N-1 "
         "tests), and beyond the floor: per test minus the best per-body time of the same body in a "
-        "loop inside one test of a running world of the same size."))
+        "loop inside one test of a running world of the same size.  Ours sends each next test "
+        "while the runner records the last, once every rank passed it (docs/design.rst, "
+        "\"Tests sent ahead\")."))
     for ws in b.plan.world_sizes:
         oc, tc = b.suite_key(plans.OURS_CONT, ws, n), b.suite_key(plans.TORCH_CONT, ws, n)
         if oc not in b.values and tc not in b.values:

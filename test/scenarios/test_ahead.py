@@ -139,6 +139,24 @@ class FixtureTest(Stamped):
         self.assertTrue(os.path.exists(os.path.join(os.environ["STAMP_DIR"], "fixture-test_b")))
 
 
+@pytest.fixture
+def slow_teardown():
+    yield
+    time.sleep(0.3)
+    stamp("teardown-test_a")
+
+
+class FixtureTeardownTest(Stamped):
+    """Under pytest, test_a's fixture ends (slowly) before test_b may start."""
+
+    @pytest.mark.usefixtures("slow_teardown")
+    def test_a(self):
+        pass
+
+    def test_b(self):
+        self.assertTrue(os.path.exists(os.path.join(os.environ["STAMP_DIR"], "teardown-test_a")))
+
+
 class LongNextTest(Stamped):
     """For the runners below: test_b would run a minute, and test_c is short."""
 
