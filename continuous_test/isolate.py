@@ -80,6 +80,8 @@ class Ran:
 # The tests each live world ran since it started; a world that is restarted
 # (after any failure, fault or unrestorable leak) starts a new history.
 _HISTORY: "weakref.WeakKeyDictionary[Any, List[Ran]]" = weakref.WeakKeyDictionary()
+# Per world: its start count when its history was last extended.
+_STARTS: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
 # Seconds spent on reruns and bisects in this process.
 _spent = 0.0
 
@@ -98,6 +100,10 @@ def after_test(world: Any, method: str, test_id: str, time_limit: float, verdict
                kwargs: Optional[dict] = None) -> Verdict:
     """Record ``method`` in ``world``'s history, and diagnose it if it failed; the dispatcher calls this."""
     history = _HISTORY.setdefault(world, [])
+    starts = getattr(world, "starts", 0)
+    if _STARTS.get(world) != starts:  # the ranks started again since: they ran none of it
+        history.clear()
+        _STARTS[world] = starts
     ran = Ran(method, test_id, time_limit, kwargs)
     if verdict.failed:
         if not _timed_out(verdict):

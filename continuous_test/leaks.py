@@ -180,18 +180,14 @@ class Snapshot:
     __slots__ = ("scalars", "env", "path", "modules", "modules_tag", "streams", "filters", "hooks", "threads", "pg",
                  "groups")
 
-    def __init__(self, unchanged: Optional["Snapshot"] = None) -> None:
-        if unchanged is None:
-            self.scalars = tuple([read() for _, read, _ in _SCALARS])
-            self.env = dict(os.environ._data)  # type: ignore[attr-defined]  # raw copy: no decoding
-            self.path = list(sys.path)
-            self.streams = (sys.stdout, sys.stderr)
-            self.hooks = tuple([tuple(d.items()) if d else () for _, d in _HOOKS])
-        else:  # a snapshot the last check found still true (take())
-            self.scalars, self.env, self.path = unchanged.scalars, unchanged.env, unchanged.path
-            self.streams, self.hooks = unchanged.streams, unchanged.hooks
+    def __init__(self) -> None:
+        self.scalars = tuple([read() for _, read, _ in _SCALARS])
+        self.env = dict(os.environ._data)  # type: ignore[attr-defined]  # raw copy: no decoding
+        self.path = list(sys.path)
         self.modules, self.modules_tag = _modules_copy()
+        self.streams = (sys.stdout, sys.stderr)
         self.filters = list(warnings.filters)
+        self.hooks = tuple([tuple(d.items()) if d else () for _, d in _HOOKS])
         self.threads = {t.ident for t in threading.enumerate()}
         self.pg, self.groups = _groups()
 
@@ -262,31 +258,8 @@ def _modules_unchanged(before: Snapshot) -> bool:
 
 
 def take() -> Snapshot:
-    """Snapshot process-global state; ``worker.run_case`` calls this before each test.
-
-    After a check that found nothing changed, the process still holds what that
-    check's snapshot holds: the next snapshot takes its items over, and reads
-    again only what may change between tests without being a leak (modules
-    imported, warnings filters those imports set, daemon threads, groups) or what
-    the harness itself may set (the environment, ``sys.path``, the streams),
-    which it compares first.
-    """
-    global _clean
-    clean, _clean = _clean, None
-    env = os.environ._data  # type: ignore[attr-defined]
-    if clean is not None and env == clean.env and sys.path == clean.path and (sys.stdout, sys.stderr) == clean.streams:
-        return Snapshot(clean)
+    """Snapshot process-global state; ``worker.run_case`` calls this before each test."""
     return Snapshot()
-
-
-def forget() -> None:
-    """A test ran unchecked (leak policy ``off``): the next snapshot reads everything again."""
-    global _clean
-    _clean = None
-
-
-# The snapshot of the last check that found nothing changed, until the next take().
-_clean: Optional[Snapshot] = None
 
 
 def _c10d() -> Any:
@@ -335,11 +308,7 @@ def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
     _check_hooks(before.hooks, found)
     _check_threads(before.threads, found)
     _check_groups(before, found)
-    if found:
-        return LeakReport(policy, tuple(found))
-    global _clean
-    _clean = before
-    return None
+    return LeakReport(policy, tuple(found)) if found else None
 
 
 def _check_scalars(before: Snapshot, found: List[Leak]) -> None:

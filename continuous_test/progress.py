@@ -110,13 +110,16 @@ def live_output(env=os.environ) -> bool:
     return env.get(ENV_LIVE_OUTPUT, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def for_test(test: str, limit: float, ranks: Iterable[Any]) -> Optional["Progress"]:
-    """The progress of one test about to run on ``ranks`` (RankProcess handles), or None when off."""
+def for_test(test: str, limit: float, ranks: Iterable[Any], start: Optional[float] = None) -> Optional["Progress"]:
+    """The progress of one test sent to ``ranks`` (RankProcess handles) at ``start`` (default now), or None when off.
+
+    Live output starts where each rank's output was marked when the test was sent.
+    """
     beat = heartbeat_seconds() if _where.verbose else 0.0
     live = live_output()
     if not beat and not live:
         return None
-    return Progress(test, limit, {h.rank: h for h in ranks}, beat, live, _where.emit or _stderr)
+    return Progress(test, limit, {h.rank: h for h in ranks}, beat, live, _where.emit or _stderr, start)
 
 
 def _stderr(line: str, first: bool) -> None:
@@ -127,14 +130,15 @@ def _stderr(line: str, first: bool) -> None:
 class Progress:
     """Heartbeats and live output of one test; :meth:`ranks.Watch.wait` calls it when due."""
 
-    def __init__(self, test: str, limit: float, handles: Dict[int, Any], beat: float, live: bool, emit: Emit) -> None:
+    def __init__(self, test: str, limit: float, handles: Dict[int, Any], beat: float, live: bool, emit: Emit,
+                 start: Optional[float] = None) -> None:
         self.test, self.limit, self.beat, self.emit = test, limit, beat, emit
-        self.start = time.monotonic()
+        self.start = time.monotonic() if start is None else start
         self.next_beat = self.start + beat if beat else float("inf")
         self.next_poll = self.start + LIVE_POLL if live else float("inf")
         self.handles = handles if live else {}
         # Per rank: how far its log was shown, and a line it has not finished yet.
-        self.offsets = {rank: h.log_size() for rank, h in self.handles.items()}
+        self.offsets = {rank: h.log_offset for rank, h in self.handles.items()}
         self.partial: Dict[int, str] = {rank: "" for rank in self.handles}
         self.emitted = False
 

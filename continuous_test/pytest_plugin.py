@@ -282,23 +282,41 @@ def _next_in_world(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Option
     """(class, method, next method) when ``nextitem`` is the next test of ``item``'s shared world
     and nothing of pytest's runs between the two tests; else None (nothing is sent ahead)."""
     cls = getattr(item, "cls", None)
-    if nextitem is None or cls is None or getattr(nextitem, "cls", None) is not cls:
+    marked = item.stash.get(_MARKED, None)  # set on distributed tests only: nothing imported for others
+    if nextitem is None or cls is None or marked is None or getattr(nextitem, "cls", None) is not cls:
         return None
     from continuous_test.ahead import skipped_by_unittest
     from continuous_test.case import MultiProcContinuousTest
 
     if not (isinstance(cls, type) and issubclass(cls, MultiProcContinuousTest)) or type(item).__name__ != "TestCaseFunction":
         return None
-    if type(nextitem) is not type(item) or nextitem.stash.get(_MARKED, None) != item.stash.get(_MARKED, None):
+    if type(nextitem) is not type(item) or nextitem.stash.get(_MARKED, None) != marked:
         return None  # the next test's settings are read under this one's: they must be the same
-    if any(mark.name in _RUNNER_MARKERS for mark in nextitem.iter_markers()):
-        return None
+    if any(mark.name in _RUNNER_MARKERS for it in (item, nextitem) for mark in it.iter_markers()):
+        return None  # a strict xfail that passes fails, and -x would stop
     if skipped_by_unittest(cls, nextitem.name):
         return None
-    if _function_fixtures(item) or _function_fixtures(nextitem):
-        # This test's fixtures end, and the next one's start, after the next test was sent.
+    if _function_fixtures(item) or _function_fixtures(nextitem) or _foreign_runtest_hooks(nextitem):
+        # This test's fixtures end, and the next one's start, after the next test was sent;
+        # a conftest or plugin hook may skip the next test at its setup.
         return None
     return cls, item.name, nextitem.name
+
+
+# Where runtest hooks may come from without skipping or changing a test: pytest itself,
+# xdist, pytest-cov and this plugin.
+_KNOWN_HOOK_MODULES = ("_pytest.", "pytest_cov.", "xdist.", "continuous_test.")
+
+
+def _foreign_runtest_hooks(item: pytest.Item) -> bool:
+    """Whether a conftest or another plugin implements a runtest hook that applies to ``item``."""
+    for name in ("pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown"):
+        for impl in getattr(item.ihook, name).get_hookimpls():
+            plugin = impl.plugin
+            module = getattr(plugin, "__name__", None) or type(plugin).__module__
+            if not str(module).startswith(_KNOWN_HOOK_MODULES):
+                return True
+    return False
 
 
 def _function_fixtures(item: pytest.Item) -> bool:

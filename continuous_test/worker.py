@@ -465,11 +465,7 @@ def run_case(case: unittest.TestCase, rank: int) -> RankOutcome:
     taken before it (:mod:`continuous_test.leaks`), and put back.
     """
     policy = _leak_policy(case)
-    if policy != "off":
-        before: Optional[leaks.Snapshot] = leaks.take()
-    else:
-        before = None
-        leaks.forget()
+    before = leaks.take() if policy != "off" else None
     groups = before.groups if before is not None else _group_names()
     recorder.begin_test(case)
     seed_everything(SEED)

@@ -138,9 +138,10 @@ class World:
         # Ranks that died outside any test, reported when the world stops.
         self.late_deaths: List[LateDeath] = []
         self._watch: Optional[Watch] = None
-        # The test sent ahead (continuous_test.ahead): (method, sequence number), until run_test takes it.
-        self._ahead: Optional[Tuple[str, int]] = None
+        # The test sent ahead (continuous_test.ahead): (method, (sequence number, send time)), until run_test takes it.
+        self._ahead: Optional[Tuple[str, Tuple[int, float]]] = None
         self.sent_ahead = 0  # how many tests were sent ahead (tests and benchmarks read it)
+        self.starts = 0  # how many times the ranks were started (isolate's history is per start)
 
     def _require(self, action: str, *wanted: WorldState) -> None:
         if self.state not in wanted:
@@ -161,6 +162,7 @@ class World:
         self._require("start", WorldState.NEW, WorldState.STOPPED, WorldState.BROKEN)
         self.dir = tempfile.mkdtemp(prefix=f"world-{self.cls.__name__}-", dir=template.private_dir())
         self._reinit = None
+        self.starts += 1
         try:
             self.ranks = start_ranks(self.cls, self.settings, self.dir)
             self._watch = Watch(self.ranks)
@@ -216,15 +218,17 @@ class World:
         None; when every rank passed plainly it is sent before the merge
         (:mod:`continuous_test.ahead`), and the next ``run_test`` only waits for it.
         """
-        seq = self._ahead_seq(method, kwargs)
-        if seq is None:
+        sent = self._ahead_sent(method, kwargs)
+        if sent is None:
             self._restart_after_late_deaths()
             self._require("run_test", WorldState.READY)
-            seq = self._send_test(method, kwargs)
+            sent = self._send_test(method, kwargs)
+        seq, sent_at = sent
         assert self._watch is not None
         self._last_test = test_id
-        goal = Goal(replies=(TestDone,), seq=seq, deadline=time.monotonic() + time_limit, grace=self.grace,
-                    progress=progress.for_test(test_id, time_limit, self.ranks))
+        # The time limit counts from the send: a test sent ahead has run since then.
+        goal = Goal(replies=(TestDone,), seq=seq, deadline=sent_at + time_limit, grace=self.grace,
+                    progress=progress.for_test(test_id, time_limit, self.ranks, sent_at))
         try:
             waited = self._watch.wait(goal)
         except (KeyboardInterrupt, ProtocolError):
@@ -243,8 +247,9 @@ class World:
         self._after_test(waited, verdict, outcomes, outputs)
         return verdict
 
-    def _send_test(self, method: str, kwargs: Optional[dict]) -> int:
-        """Send ``method`` to every rank; returns its sequence number."""
+    def _send_test(self, method: str, kwargs: Optional[dict]) -> Tuple[int, float]:
+        """Send ``method`` to every rank; returns its sequence number and when it was sent."""
+        sent_at = time.monotonic()
         self._seq += 1
         payload = pickle.dumps(RunTest(method, self._seq, self._reinit, kwargs), pickle.HIGHEST_PROTOCOL)
         try:
@@ -256,7 +261,7 @@ class World:
             self._discard()
             raise
         self._reinit = None
-        return self._seq
+        return self._seq, sent_at
 
     def _all_passed_plainly(self, waited: Waited) -> bool:
         """Every rank passed with nothing to report (no leak, no group change): the next test may go ahead."""
@@ -264,8 +269,8 @@ class World:
                 and len(waited.replies) == self.world_size and self._reinit is None
                 and all(m.outcome is None for m in waited.replies.values()))
 
-    def _ahead_seq(self, method: str, kwargs: Optional[dict]) -> Optional[int]:
-        """The sequence number of ``method`` if it was sent ahead; a different test sent ahead is stopped.
+    def _ahead_sent(self, method: str, kwargs: Optional[dict]) -> Optional[Tuple[int, float]]:
+        """``method``'s sequence number and send time if it was sent ahead; a different test sent ahead is stopped.
 
         A death since the last test is then the running test's fault, not a
         death between tests: the rank was already in it.

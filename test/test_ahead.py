@@ -123,3 +123,81 @@ def _zombie(pid):
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_a_class_whose_run_may_skip_a_test_sends_nothing_ahead(tmp_path):
+    proc = run("python", ["RunSkipTest"], tmp_path)
+    assert unittest_counts(proc.stderr) == {"ran": 3, "skipped": 1}, describe(proc)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("ran-")], describe(proc)
+
+
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+def test_live_output_shows_what_a_test_sent_ahead_printed_before_the_runner_asked(runner, tmp_path):
+    args = ["--ct-live-output", "-s"] if runner == "pytest" else []
+    env = {"AHEAD_GAP": GAP, "CONTINUOUS_TEST_LIVE_OUTPUT": "1"} if runner == "python" else {"AHEAD_GAP": GAP}
+    proc = run(runner, ["LiveOutputTest"], tmp_path, env=env, args=args)
+    assert proc.returncode == 0, describe(proc)
+    out = proc.stdout + proc.stderr
+    for test in ("test_a", "test_b", "test_c"):
+        for rank in (0, 1):
+            assert f"OUT-{test} rank {rank}" in out, f"{test} rank {rank}\n{describe(proc)}"
+
+
+def test_the_time_limit_counts_from_when_the_test_was_sent(tmp_path):
+    # test_b is sent ahead, and the runner asks for it 1.5 s later: its 2 s limit
+    # still ends 2 s after it was sent, before it sleeps out its 3 s.
+    proc = run("python", ["TimeLimitTest"], tmp_path, env={"AHEAD_GAP": "1.5", "CONTINUOUS_TEST_BISECT": "off"})
+    assert unittest_counts(proc.stderr) == {"ran": 2, "errors": 1}, describe(proc)
+    assert "exceeded its time limit of 2 s" in proc.stderr, describe(proc)
+    assert sent_ahead(proc, "TimeLimitTest") == "1", describe(proc)
+
+
+def test_under_pytest_x_a_strict_xfail_that_passes_sends_nothing_ahead(tmp_path):
+    proc = run("pytest", ["XfailStopTest"], tmp_path, args=["-x"])
+    assert pytest_counts(proc.stdout) == {"failed": 1}, describe(proc)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("ran-")], describe(proc)
+
+
+_CONFTEST = """
+import pytest
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: skipped by this conftest")
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("slow"):
+        pytest.skip("slow")
+"""
+
+_HOOK_SKIP = """
+import os
+import pytest
+from continuous_test import MultiProcContinuousTest
+
+
+class HookSkipTest(MultiProcContinuousTest):
+    world_size = 2
+
+    def test_a(self):
+        pass
+
+    @pytest.mark.slow
+    def test_b_slow(self):
+        open(os.path.join(os.environ["STAMP_DIR"], f"ran-{self.rank}-test_b_slow"), "w").close()
+
+    def test_c(self):
+        pass
+"""
+
+
+def test_a_test_a_conftest_hook_skips_is_not_sent_ahead(tmp_path):
+    (tmp_path / "conftest.py").write_text(_CONFTEST)
+    (tmp_path / "test_hook_skip.py").write_text(_HOOK_SKIP)
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_hook_skip.py"],
+                       cwd=tmp_path, env={"STAMP_DIR": str(stamps)})
+    assert pytest_counts(proc.stdout) == {"passed": 2, "skipped": 1}, describe(proc)
+    assert list(stamps.iterdir()) == [], describe(proc)

@@ -51,6 +51,23 @@ def test_a_timed_out_test_is_not_rerun():
     assert verdict.error.__notes__ == [isolate.NOT_RERUN]
 
 
+def test_a_world_started_again_starts_a_new_history():
+    # The ranks of a restarted world ran none of the tests before the restart (a
+    # death between tests, a test sent ahead that the runner did not run): a
+    # bisect must not replay them as the failing test's predecessors.
+    from continuous_test.report import Status, Verdict
+
+    class FakeWorld:
+        cls, world_size, starts = None, 2, 1
+
+    world = FakeWorld()
+    for method in ("test_a", "test_b"):
+        isolate.after_test(world, method, f"T.{method}", 1.0, Verdict(Status.PASS))
+    world.starts = 2
+    isolate.after_test(world, "test_c", "T.test_c", 1.0, Verdict(Status.PASS))
+    assert [ran.method for ran in isolate._HISTORY[world]] == ["test_c"]
+
+
 def test_bad_budget_names_its_source():
     try:
         config.bisect_budget({config.ENV_BISECT: "soon"})

@@ -59,8 +59,9 @@ def test_sys_modules_changes_are_seen_with_and_without_the_version_tag(tag, monk
 
 
 def test_a_snapshot_after_a_clean_check_still_sees_the_harness_change_between_tests():
-    # A clean check lets the next snapshot take its items over; what the harness
-    # itself may change between two tests (environment, sys.path) is read again.
+    # What the harness itself may change between two tests (environment, sys.path)
+    # is the next test's starting state, not its leak: a snapshot must not reuse
+    # an earlier one that still looks valid.
     assert leaks.check(leaks.take(), "restore") is None
     os.environ["CT_BETWEEN_TESTS"] = "1"
     sys.path.append("/ct-between-tests")
@@ -85,7 +86,7 @@ class _CheckedCase(unittest.TestCase):
 
 def test_a_test_after_an_unchecked_one_is_not_blamed_for_its_leak():
     # The unchecked test (policy off) leaves a scalar changed; the next test's
-    # snapshot must read it again rather than take over the one before.
+    # snapshot must read it again, not reuse the one from before.
     from continuous_test import worker
 
     assert worker.run_case(_CheckedCase("test_clean"), 0).leaks is None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -122,3 +123,23 @@ def test_functions_under_torchrun_pytest():
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+_PLAIN = '''
+import sys
+import unittest
+
+
+class PlainTest(unittest.TestCase):
+    def test_a(self):
+        self.assertNotIn("torch", sys.modules)
+
+    def test_b(self):
+        self.assertNotIn("torch", sys.modules)
+'''
+
+
+def test_a_session_without_distributed_tests_does_not_import_torch(tmp_path):
+    (tmp_path / "test_plain.py").write_text(_PLAIN)
+    proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_plain.py"], cwd=tmp_path)
+    assert pytest_counts(proc.stdout) == {"passed": 2}, describe(proc)

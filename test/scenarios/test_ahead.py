@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import continuous_test
 from continuous_test import MultiProcContinuousTest, run_tests, worker
 
 
@@ -30,6 +31,7 @@ def stamp(name, text=None):
 
 class Stamped(MultiProcContinuousTest):
     world_size = 2
+    send_ahead = True  # its run() below always runs the test
 
     @classmethod
     def backend_str(cls):
@@ -155,6 +157,63 @@ class FixtureTeardownTest(Stamped):
 
     def test_b(self):
         self.assertTrue(os.path.exists(os.path.join(os.environ["STAMP_DIR"], "teardown-test_a")))
+
+
+class RunSkipTest(MultiProcContinuousTest):
+    """A run() override that skips a known-broken test without running it: nothing is sent ahead."""
+
+    world_size = 2
+    BROKEN = ("test_b_broken",)
+
+    @classmethod
+    def backend_str(cls):
+        return "gloo"
+
+    def run(self, result=None):
+        if worker.current() is None and self._testMethodName in self.BROKEN:
+            result.startTest(self)
+            result.addSkip(self, "known broken")
+            result.stopTest(self)
+            return result
+        return super().run(result)
+
+    def test_a(self):
+        pass
+
+    def test_b_broken(self):
+        stamp(f"ran-{self.rank}-test_b_broken")
+
+    def test_c(self):
+        pass
+
+
+class LiveOutputTest(Stamped):
+    def test_a(self):
+        print(f"OUT-test_a rank {self.rank}")
+
+    def test_b(self):
+        print(f"OUT-test_b rank {self.rank}")
+
+    def test_c(self):
+        print(f"OUT-test_c rank {self.rank}")
+
+
+class TimeLimitTest(Stamped):
+    def test_a(self):
+        pass
+
+    @continuous_test.time_limit(2)
+    def test_b_three_seconds(self):
+        time.sleep(3)
+
+
+class XfailStopTest(Stamped):
+    @pytest.mark.xfail(strict=True, reason="passes: a strict xfail that passes fails, and -x stops")
+    def test_a(self):
+        pass
+
+    def test_b(self):
+        stamp(f"ran-{self.rank}-test_b")
 
 
 class LongNextTest(Stamped):
