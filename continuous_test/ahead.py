@@ -16,8 +16,11 @@ The next test is known from the runner, never guessed:
   is found in the suite's frame (:func:`next_in_suite`);
 * pytest: the plugin's ``pytest_runtest_protocol`` hook has ``nextitem``
   (:func:`set_pytest_next`).  It names the next test only when nothing of
-  pytest's runs between the two tests: no skip or xfail marker, no fixture of
-  function scope, no per-test option of this plugin.
+  pytest's may skip or change it: no skip or xfail marker, no fixture of function
+  scope, no other per-test option, no conftest or plugin runtest hook.
+
+A class that overrides ``run`` or ``__call__`` sends nothing ahead (its override
+may skip a test), unless it sets ``send_ahead = True``.
 
 A test sent ahead that the runner then does not run (it stopped after a failure
 the ranks did not see, or Ctrl-C) is stopped with its world before anything
