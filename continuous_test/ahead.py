@@ -1,4 +1,4 @@
-"""Dispatch ahead: which test the runner will run next, when that is certain.
+"""Sending ahead: which test the runner will run next, when that is certain.
 
 A shared world's ranks are idle from the moment the last of them reports test
 *k* until the controller sends test *k + 1*.  In between, the controller merges
@@ -25,7 +25,7 @@ may skip a test), unless it sets ``send_ahead = True``.
 A test sent ahead that the runner then does not run (it stopped after a failure
 the ranks did not see, or Ctrl-C) is stopped with its world before anything
 else runs; the next test starts in a fresh world.  ``CONTINUOUS_TEST_AHEAD=0``
-turns dispatching ahead off.  Controller side only.
+turns sending ahead off (``1`` or unset: on).  Controller side only.
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 __all__ = ["ENV_AHEAD", "enabled", "next_in_suite", "set_pytest_next", "next_test", "skipped_by_unittest"]
 
 ENV_AHEAD = "CONTINUOUS_TEST_AHEAD"
+ON_VALUES = ("1", "on", "true", "yes")
 OFF_VALUES = ("0", "off", "false", "no")
 
 _SUITE_RUN = unittest.suite.TestSuite.run.__code__
@@ -48,8 +49,14 @@ _pytest_next: Optional[Tuple[type, str, str]] = None
 
 
 def enabled(env: Mapping[str, str] = os.environ) -> bool:
-    """False when ``CONTINUOUS_TEST_AHEAD`` turns dispatching ahead off."""
-    return env.get(ENV_AHEAD, "").strip().lower() not in OFF_VALUES
+    """False when ``CONTINUOUS_TEST_AHEAD`` turns sending ahead off; a value it does not know is an error."""
+    raw = env.get(ENV_AHEAD, "").strip().lower()
+    if not raw:
+        return True
+    from continuous_test import config
+
+    config.parse_choice(raw, "choice", f"{ENV_AHEAD} environment variable", ON_VALUES + OFF_VALUES)
+    return raw in ON_VALUES
 
 
 def next_in_suite(case: unittest.TestCase) -> Optional[unittest.TestCase]:
@@ -89,7 +96,10 @@ def next_test(case: unittest.TestCase) -> Optional[str]:
     The controller's ``MultiProcContinuousTest.run`` calls this before dispatching.
     """
     cls, method = type(case), case._testMethodName
-    if not enabled() or not _class_allows(cls):
+    try:
+        if not enabled() or not _class_allows(cls):
+            return None
+    except ValueError:  # a bad switch value: the test's dispatch reports it (enabled())
         return None
     hint = _pytest_next
     if hint is not None:

@@ -263,13 +263,14 @@ class MultiProcContinuousTest(TestCase):
         cls = type(self)
         method = getattr(self, self._testMethodName)
         config.leak_policy(cls, method)  # a bad value fails here, naming its source
+        ahead.enabled()  # so does a bad CONTINUOUS_TEST_AHEAD
         started = world.start_world_for(cls)
         limit = config.test_time_limit(cls, method)
         test_id = replay.short_id(self)
         verdict = started.run_test(self._testMethodName, test_id, limit, then=self._next_spec())
         return isolate.after_test(started, self._testMethodName, test_id, limit, verdict)
 
-    def _next_spec(self) -> Any:
+    def _next_spec(self) -> Optional[Callable[[], Optional[Tuple[str, float]]]]:
         """What ``World.run_test`` may send ahead: a callable giving the next test's (method, limit), or None."""
         following = getattr(self, "_ct_next", None)
         if following is None:

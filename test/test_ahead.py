@@ -201,3 +201,10 @@ def test_a_test_a_conftest_hook_skips_is_not_sent_ahead(tmp_path):
                        cwd=tmp_path, env={"STAMP_DIR": str(stamps)})
     assert pytest_counts(proc.stdout) == {"passed": 2, "skipped": 1}, describe(proc)
     assert list(stamps.iterdir()) == [], describe(proc)
+
+
+def test_a_bad_switch_value_names_the_variable(tmp_path):
+    proc = run("python", ["AheadTest"], tmp_path, env={"CONTINUOUS_TEST_AHEAD": "sometimes"})
+    assert unittest_counts(proc.stderr) == {"ran": 4, "errors": 4}, describe(proc)
+    assert ("Invalid choice 'sometimes' from CONTINUOUS_TEST_AHEAD environment variable: "
+            "expected one of 1, on, true, yes, 0, off, false, no") in proc.stderr, describe(proc)
