@@ -10,7 +10,7 @@ import helpers
 from helpers import describe, pytest_counts, unittest_counts
 
 SCENARIO = "test_ahead.py"
-GAP = "0.3"  # seconds of pretended runner work before each test, in the controller
+GAP = "0.6"  # seconds of pretended runner work before each test, in the controller (a margin under load)
 
 
 def run(runner, classes, stamp_dir, env=None, args=()):
