@@ -35,6 +35,8 @@ import unittest
 import unittest.suite
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from continuous_test import config
+
 __all__ = ["ENV_AHEAD", "enabled", "next_in_suite", "set_pytest_next", "next_test", "skipped_by_unittest"]
 
 ENV_AHEAD = "CONTINUOUS_TEST_AHEAD"
@@ -53,8 +55,6 @@ def enabled(env: Mapping[str, str] = os.environ) -> bool:
     raw = env.get(ENV_AHEAD, "").strip().lower()
     if not raw:
         return True
-    from continuous_test import config
-
     config.parse_choice(raw, "choice", f"{ENV_AHEAD} environment variable", ON_VALUES + OFF_VALUES)
     return raw in ON_VALUES
 

@@ -22,7 +22,7 @@ import os
 import sys
 import unittest
 from datetime import timedelta
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional
 
 import expecttest
 import torch
@@ -270,22 +270,23 @@ class MultiProcContinuousTest(TestCase):
         verdict = started.run_test(self._testMethodName, test_id, limit, then=self._next_spec())
         return isolate.after_test(started, self._testMethodName, test_id, limit, verdict)
 
-    def _next_spec(self) -> Optional[Callable[[], Optional[Tuple[str, float]]]]:
-        """What ``World.run_test`` may send ahead: a callable giving the next test's (method, limit), or None."""
+    def _next_spec(self) -> Optional[Callable[[], Optional[str]]]:
+        """What ``World.run_test`` may send ahead: a callable giving the next test's method, or None."""
         following = getattr(self, "_ct_next", None)
         if following is None:
             return None
         cls = type(self)
 
-        def spec() -> Optional[Tuple[str, float]]:
+        def spec() -> Optional[str]:
             method = getattr(cls, following, None)
             if method is None:
                 return None
-            try:
-                config.leak_policy(cls, method)  # a bad value is the test's own error: not sent ahead
-                return following, config.test_time_limit(cls, method)
+            try:  # a bad setting is the next test's own error, reported when it runs: not sent ahead
+                config.leak_policy(cls, method)
+                config.test_time_limit(cls, method)
             except config.ConfigError:
                 return None
+            return following
 
         return spec
 

@@ -194,8 +194,9 @@ class Snapshot:
 
 # Copying sys.modules (over a thousand entries in a rank) is the largest part of
 # a snapshot, and comparing it the largest part of a check: after a collective
-# the caches are cold, and a look at every entry costs more than all the rest.  Where CPython keeps a dict's version tag (PEP 509), which changes
-# with every change to the dict, an unchanged tag proves sys.modules unchanged;
+# the caches are cold, and a look at every entry costs more than all the rest.
+# Where CPython keeps a dict's version tag (PEP 509), which changes with every
+# change to the dict, an unchanged tag proves sys.modules unchanged;
 # the copy of the previous test is then reused, and the check reads one number.
 # Without the tag, the copy is reused when the check after it found sys.modules
 # equal to it: nothing between two tests replaces a module, and an import adds

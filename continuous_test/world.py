@@ -140,7 +140,7 @@ class World:
         self._watch: Optional[Watch] = None
         # The test sent ahead (continuous_test.ahead): (method, (sequence number, send time)), until run_test takes it.
         self._ahead: Optional[Tuple[str, Tuple[int, float]]] = None
-        self.sent_ahead = 0  # how many tests were sent ahead (tests and benchmarks read it)
+        self.sent_ahead = 0  # how many tests were sent ahead (test_ahead's scenarios read it)
         self.starts = 0  # how many times the ranks were started (isolate's history is per start)
 
     def _require(self, action: str, *wanted: WorldState) -> None:
@@ -211,11 +211,10 @@ class World:
     # -- running tests ------------------------------------------------------------
 
     def run_test(self, method: str, test_id: str, time_limit: float, kwargs: Optional[dict] = None,
-                 then: Optional[Callable[[], Optional[Tuple[str, float]]]] = None) -> Verdict:
+                 then: Optional[Callable[[], Optional[str]]] = None) -> Verdict:
         """Run one test on every rank and merge the outcomes into a verdict.
 
-        ``then`` gives the test the runner runs next, as (method, time limit), or
-        None; when every rank passed plainly it is sent before the merge
+        ``then`` gives the method the runner runs next, or None; when every rank passed plainly it is sent before the merge
         (:mod:`continuous_test.ahead`), and the next ``run_test`` only waits for it.
         """
         sent = self._ahead_sent(method, kwargs)
@@ -238,7 +237,7 @@ class World:
         if then is not None and self._all_passed_plainly(waited):
             following = then()
             if following is not None:
-                self._ahead = (following[0], self._send_test(following[0], None))
+                self._ahead = (following, self._send_test(following, None))
                 self.sent_ahead += 1
         outcomes: Dict[int, RankOutcome] = {r: m.full_outcome() for r, m in waited.replies.items()}
         verdict = merge(test_id, self.world_size, outcomes, waited.faults, outputs,

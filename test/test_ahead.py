@@ -4,9 +4,12 @@ import re
 import sys
 import time
 
+import unittest
+
 import pytest
 
 import helpers
+from continuous_test import ahead
 from helpers import describe, pytest_counts, unittest_counts
 
 SCENARIO = "test_ahead.py"
@@ -208,3 +211,46 @@ def test_a_bad_switch_value_names_the_variable(tmp_path):
     assert unittest_counts(proc.stderr) == {"ran": 4, "errors": 4}, describe(proc)
     assert ("Invalid choice 'sometimes' from CONTINUOUS_TEST_AHEAD environment variable: "
             "expected one of 1, on, true, yes, 0, off, false, no") in proc.stderr, describe(proc)
+
+
+def _probe_class(seen: list) -> type:
+    """A unittest class whose run records, from inside, the test its suite runs next (made per test:
+    a module-level class would be collected)."""
+
+    class Probe(unittest.TestCase):
+        def run(self, result=None):
+            seen.append(ahead.next_in_suite(self))
+            return super().run(result)
+
+        def test_a(self):
+            pass
+
+        def test_b(self):
+            pass
+
+        def test_c(self):
+            pass
+
+    return Probe
+
+
+class _FilteringSuite(unittest.TestSuite):
+    """Runs its first and last tests only: the entry after the first in its list is not what runs next."""
+
+    def __iter__(self):
+        return iter([self._tests[0], self._tests[-1]])
+
+
+@pytest.mark.parametrize("suite_class", [unittest.TestSuite, _FilteringSuite])
+def test_the_next_test_is_read_from_the_suite_only_where_the_suite_runs_its_list(suite_class):
+    seen: list = []
+    probe = _probe_class(seen)
+    tests = [probe("test_a"), probe("test_b"), probe("test_c")]
+    suite_class(tests).run(unittest.TestResult())
+    if suite_class is unittest.TestSuite:
+        assert seen == [tests[1], tests[2], None]  # the last test has no next
+    else:
+        assert seen == [None, None]
+    seen.clear()
+    tests[0].run(unittest.TestResult())  # not run by a suite
+    assert seen == [None]
