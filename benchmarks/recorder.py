@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from continuous_test import recorder  # noqa: E402
+from continuous_test.rank import recorder
 
 TARGET_US = 5.0
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "recorder.json"

@@ -1,12 +1,16 @@
 """continuous_test: unittest base classes for fast, reliable ``torch.distributed`` tests.
 
 Public names are imported lazily, so tools such as ``python -m continuous_test.lint``
-do not pay for importing torch.
+do not pay for importing torch.  Where each part of the package runs is in its path:
+``docs/design.rst`` draws the layout.
 """
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
+
+from continuous_test import errors
 
 __all__ = [
     "TestCase",
@@ -37,7 +41,13 @@ __all__ = [
     "RankStuckError",
     "InconsistentSkipError",
     "UnexpectedEndingError",
+    "ExpectMismatchError",
     "WorldStartError",
+    "RemoteError",
+    "RemoteAssertionError",
+    "LeakError",
+    "LeakWarning",
+    "RendezvousError",
     "update_process_group",
 ]
 __version__ = "0.1.0"
@@ -46,38 +56,32 @@ _WHERE = {
     "TestCase": "continuous_test.case",
     "MultiProcContinuousTest": "continuous_test.case",
     "MultiProcessTestCase": "continuous_test.multiprocess",
-    "DistributedTestBase": "continuous_test.compat",
-    "DTensorTestBase": "continuous_test.compat_dtensor",
-    "DTensorContinuousTestBase": "continuous_test.compat_dtensor",
-    "DTensorOpTestBase": "continuous_test.compat_dtensor",
-    "with_comms": "continuous_test.compat_dtensor",
-    "FSDPTest": "continuous_test.compat_fsdp",
-    "FSDPTestContinuous": "continuous_test.compat_fsdp",
-    "FSDPTestMultiThread": "continuous_test.compat_fsdp",
-    "MultiThreadedTestCase": "continuous_test.compat_helpers",
-    "spawn_threads_and_init_comms": "continuous_test.compat_helpers",
-    "run_subtests": "continuous_test.compat_helpers",
-    "requires_world_size": "continuous_test.compat_helpers",
-    "get_required_world_size": "continuous_test.compat_helpers",
-    "skip_if_lt_x_gpu": "continuous_test.compat_helpers",
+    "DistributedTestBase": "continuous_test.torch_compat.distributed",
+    "DTensorTestBase": "continuous_test.torch_compat.dtensor",
+    "DTensorContinuousTestBase": "continuous_test.torch_compat.dtensor",
+    "DTensorOpTestBase": "continuous_test.torch_compat.dtensor",
+    "with_comms": "continuous_test.torch_compat.dtensor",
+    "FSDPTest": "continuous_test.torch_compat.fsdp",
+    "FSDPTestContinuous": "continuous_test.torch_compat.fsdp",
+    "FSDPTestMultiThread": "continuous_test.torch_compat.fsdp",
+    "MultiThreadedTestCase": "continuous_test.torch_compat.helpers",
+    "spawn_threads_and_init_comms": "continuous_test.torch_compat.helpers",
+    "run_subtests": "continuous_test.torch_compat.helpers",
+    "requires_world_size": "continuous_test.torch_compat.helpers",
+    "get_required_world_size": "continuous_test.torch_compat.helpers",
+    "skip_if_lt_x_gpu": "continuous_test.torch_compat.helpers",
     "expect_exit": "continuous_test.multiprocess",
     "distributed": "continuous_test.functions",
     "run_tests": "continuous_test.runner",
     "time_limit": "continuous_test.config",
     "timeout": "continuous_test.config",
-    "ConfigError": "continuous_test.config",
-    "RankDiedError": "continuous_test.report",
-    "RankTimeoutError": "continuous_test.report",
-    "RankStuckError": "continuous_test.report",
-    "InconsistentSkipError": "continuous_test.report",
-    "UnexpectedEndingError": "continuous_test.report",
-    "WorldStartError": "continuous_test.world",
     "update_process_group": "continuous_test.ddp",
 }
+_ERRORS = frozenset(name for name in __all__ if name.endswith(("Error", "Warning")))
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
+    module = "continuous_test.errors" if name in _ERRORS else _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'continuous_test' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
@@ -87,3 +91,11 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list:
     return sorted(list(globals()) + __all__)
+
+
+# Before 0.2 the exceptions lived in the modules that raise them; those paths
+# (``continuous_test.report.RankDiedError``, ``continuous_test.leaks.LeakWarning``, ...)
+# still import, for one release, as names for continuous_test.errors.
+for _old in ("report", "leaks", "world", "in_place", "protocol"):
+    sys.modules.setdefault(f"{__name__}.{_old}", errors)
+del _old

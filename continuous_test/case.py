@@ -9,9 +9,9 @@
 
   - inside a rank of a dispatcher world: run the test for real (``unittest``'s own run);
   - under torchrun or srun: run in place and exchange outcomes through the store
-    (:mod:`continuous_test.in_place`);
+    (:mod:`continuous_test.launched.run`);
   - otherwise this process is the controller: dispatch to the class's world
-    (:mod:`continuous_test.world`) and replay the merged verdict into ``result``.
+    (:mod:`continuous_test.controller.world`) and replay the merged verdict into ``result``.
 
 The rank side imports this module, so the controller is only imported lazily, on
 the controller path.
@@ -27,9 +27,14 @@ from typing import Any, Callable, Optional
 import expecttest
 import torch
 
-from continuous_test import ahead, compare, config, outcome, progress, replay, shuffle, worker
+from continuous_test import _role, config
+from continuous_test._role import ProcessRole
 from continuous_test.config import BAD_WORLD_SIZE, NOT_IMPORTABLE, UNKNOWN_BACKEND
-from continuous_test.launch import detect
+from continuous_test.controller import shuffle
+from continuous_test.launched.detect import detect
+from continuous_test.rank import result as rank_result
+from continuous_test.torch_compat import assert_equal
+from continuous_test.verdict import replay
 
 __all__ = ["TestCase", "MultiProcContinuousTest", "BAD_WORLD_SIZE", "NOT_IMPORTABLE", "UNKNOWN_BACKEND"]
 
@@ -116,12 +121,12 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
                     exact_is_coalesced: bool = False) -> None:
         """Compare tensors, arrays, numbers and nested containers as torch's assertEqual does (tests call this)."""
         try:
-            compare.assert_equal(first, second, rtol=rtol, atol=atol, equal_nan=equal_nan,
+            assert_equal.assert_equal(first, second, rtol=rtol, atol=atol, equal_nan=equal_nan,
                                  exact_dtype=exact_dtype, exact_device=exact_device, exact_layout=exact_layout,
                                  exact_stride=exact_stride, exact_is_coalesced=exact_is_coalesced,
                                  rtol_floor=getattr(self, "rel_tol", 0.0),
                                  atol_floor=getattr(self, "precision", 0.0), fallback=self._plain_assert_equal)
-        except compare.Mismatch as exc:
+        except assert_equal.Mismatch as exc:
             text = msg(str(exc)) if callable(msg) else self._formatMessage(msg, str(exc))
             raise self.failureException(text) from None
 
@@ -152,25 +157,16 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
         """expecttest's check; when accepting in a world, only rank 0 rewrites the file.
 
         Every rank records the value it accepts, so a value that differs between
-        ranks fails the test (:mod:`continuous_test.report`) instead of passing on
+        ranks fails the test (:mod:`continuous_test.verdict.report`) instead of passing on
         the strength of rank 0 alone.
         """
-        rank = _rank() if os.environ.get("EXPECTTEST_ACCEPT") else None
+        rank = _role.rank() if os.environ.get("EXPECTTEST_ACCEPT") else None
         if rank is not None:
             caller = sys._getframe(1 + skip)
-            outcome.record_expect_value(f"{caller.f_code.co_filename}:{caller.f_lineno}", actual)
+            rank_result.record_expect_value(f"{caller.f_code.co_filename}:{caller.f_lineno}", actual)
             if rank != 0:
                 return
         super().assertExpectedInline(actual, expect, skip=skip + 1, **kwargs)
-
-
-def _rank() -> Optional[int]:
-    """This process's rank in a world or a launched job; None in a controller or a plain run."""
-    ctx = worker.current()
-    if ctx is not None:
-        return ctx.rank
-    launch = detect()
-    return launch.rank if launch.is_launcher else None
 
 
 class MultiProcContinuousTest(TestCase):
@@ -178,6 +174,7 @@ class MultiProcContinuousTest(TestCase):
 
     MAIN_PROCESS_RANK = -1
     rank: int = MAIN_PROCESS_RANK
+    _ct_runs_in_ranks = True  # _role.RANK_CLASS_ATTR: asked without importing this module
     # An int, or a property returning one; None means "the device count for
     # accelerator backends, else 2".
     world_size: Optional[int] = None
@@ -232,7 +229,7 @@ class MultiProcContinuousTest(TestCase):
     @property
     def device(self) -> torch.device:
         """This rank's device: ``cuda:LOCAL_RANK`` for accelerators, else cpu."""
-        ctx = worker.current()
+        ctx = _role.current()
         device = ctx.spec.settings.device_type if ctx is not None and ctx.spec.settings else config.resolve_device_type(type(self))
         if device == "cpu":
             return torch.device("cpu")
@@ -241,61 +238,27 @@ class MultiProcContinuousTest(TestCase):
     # -- running ---------------------------------------------------------------------
 
     def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
-        """unittest's seam: run for real in a rank, in place under a launcher, else dispatch."""
-        ctx = worker.current()
-        if ctx is not None:
-            self.rank = ctx.rank
+        """unittest's seam: run for real in a rank, in place under a launcher, else in the class's shared world."""
+        role = _role.current_role()
+        if role is ProcessRole.RANK:
+            self.rank = _role.rank()  # type: ignore[assignment]  # a rank always has one
             return super().run(result)
-        launch = detect()
-        if launch.is_launcher:
-            from continuous_test import in_place
+        if role is ProcessRole.LAUNCHED:
+            from continuous_test.launched import run as launched
 
-            return in_place.run_in_place(self, result, launch)
-        progress.observe(result)
-        self._ct_next = ahead.next_test(self)
-        return replay.run_with(self, result, self._dispatch)
+            return launched.run_in_place(self, result, detect())
+        from continuous_test.controller import dispatch
 
-    def _dispatch(self) -> Any:
-        from continuous_test import world
-
-        from continuous_test import isolate
-
-        cls = type(self)
-        method = getattr(self, self._testMethodName)
-        config.leak_policy(cls, method)  # a bad value fails here, naming its source
-        ahead.enabled()  # so does a bad CONTINUOUS_TEST_AHEAD
-        started = world.start_world_for(cls)
-        limit = config.test_time_limit(cls, method)
-        test_id = replay.short_id(self)
-        verdict = started.run_test(self._testMethodName, test_id, limit, then=self._next_spec())
-        return isolate.after_test(started, self._testMethodName, test_id, limit, verdict)
-
-    def _next_spec(self) -> Optional[Callable[[], Optional[str]]]:
-        """What ``World.run_test`` may send ahead: a callable giving the next test's method, or None."""
-        following = getattr(self, "_ct_next", None)
-        if following is None:
-            return None
-        cls = type(self)
-
-        def spec() -> Optional[str]:
-            method = getattr(cls, following, None)
-            if method is None:
-                return None
-            try:  # a bad setting is the next test's own error, reported when it runs: not sent ahead
-                config.leak_policy(cls, method)
-                config.test_time_limit(cls, method)
-            except config.ConfigError:
-                return None
-            return following
-
-        return spec
+        return dispatch.run(self, result)
 
     @classmethod
     def tearDownClass(cls) -> None:
-        """Stop this class's world (controller side); fails if a rank died outside a test."""
+        """Stop this class's shared world (controller only); fails if a rank died outside a test."""
         try:
-            if worker.current() is None and "continuous_test.world" in sys.modules:
-                sys.modules["continuous_test.world"].stop_world(cls)
+            if _role.current_role() is ProcessRole.CONTROLLER:
+                from continuous_test.controller import dispatch
+
+                dispatch.stop_class(cls)
         finally:
             super().tearDownClass()
 

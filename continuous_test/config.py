@@ -18,17 +18,17 @@ one pytest session to the next in the same process.
 :func:`resolve` reads a class once, through torch's documented override points
 (``world_size``, ``device_type()``, ``backend_str()``) and plain attributes, checks
 the result, and returns a :class:`ClassSettings` that the controller keeps and the
-ranks receive inside their :class:`~continuous_test.protocol.RankSpec`.  Every bad
+ranks receive inside their :class:`~continuous_test.wire.messages.RankSpec`.  Every bad
 value raises :class:`ConfigError` naming where it came from; a backend or device this
 machine lacks raises :class:`unittest.SkipTest`.
 
-Leak policy of a test (:mod:`continuous_test.leaks`), highest precedence first: the
+Leak policy of a test (:mod:`continuous_test.rank.leaks`), highest precedence first: the
 ``--ct-leaks`` option (exported to the ranks as ``CONTINUOUS_TEST_LEAKS``), the
 ``CONTINUOUS_TEST_LEAKS`` environment variable, a ``ct_leaks(policy)`` pytest marker
 on the test, then on its class, the ``leak_policy`` class attribute, ``restore``.
 
 Order shuffling: ``--ct-shuffle[=SEED]``, else ``CONTINUOUS_TEST_SHUFFLE=SEED``.
-Rerun and bisect of a failed test (:mod:`continuous_test.isolate`): at most
+Rerun and bisect of a failed test (:mod:`continuous_test.controller.bisect`): at most
 ``CONTINUOUS_TEST_BISECT`` seconds per run in all (``--ct-bisect``; ``off`` or 0
 turns it off; default :data:`DEFAULT_BISECT_BUDGET`).
 """
@@ -43,11 +43,26 @@ import os
 import sys
 import unittest
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Mapping, NoReturn, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterator, Mapping, NoReturn, Optional, TypeVar
+
+from continuous_test.errors import ConfigError
+from continuous_test.wire.env import (
+    SWITCHES,
+    switch_if_set,
+    ENV_BISECT,
+    ENV_GRACE,
+    ENV_LEAKS,
+    ENV_SHUFFLE,
+    ENV_SHUTDOWN_TIMEOUT,
+    ENV_START_METHOD,
+    ENV_START_TIMEOUT,
+    ENV_TIMEOUT,
+    ENV_TIMEOUT_SCALE,
+    ENV_TORCH_TESTCASE,
+)
+from continuous_test.wire.messages import ClassSettings
 
 __all__ = [
-    "ConfigError",
-    "ClassSettings",
     "Overrides",
     "resolve",
     "overridden",
@@ -57,6 +72,7 @@ __all__ = [
     "start_method",
     "START_METHODS",
     "torch_testcase_wanted",
+    "check_switches",
     "resolve_device_type",
     "resolve_fresh",
     "with_world_size",
@@ -104,18 +120,6 @@ DEFAULT_TEST_TIMEOUT = 300.0
 DEFAULT_GRACE = 3.0
 DEFAULT_START_TIMEOUT = 120.0
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
-
-ENV_TIMEOUT = "CONTINUOUS_TEST_TIMEOUT"
-ENV_TIMEOUT_SCALE = "CONTINUOUS_TEST_TIMEOUT_SCALE"
-ENV_GRACE = "CONTINUOUS_TEST_GRACE"
-ENV_START_TIMEOUT = "CONTINUOUS_TEST_START_TIMEOUT"
-ENV_START_METHOD = "CONTINUOUS_TEST_START_METHOD"
-ENV_SHUTDOWN_TIMEOUT = "CONTINUOUS_TEST_SHUTDOWN_TIMEOUT"
-ENV_TORCH_TESTCASE = "CONTINUOUS_TEST_TORCH_TESTCASE"
-ENV_LEAKS = "CONTINUOUS_TEST_LEAKS"
-ENV_SHUFFLE = "CONTINUOUS_TEST_SHUFFLE"
-ENV_BISECT = "CONTINUOUS_TEST_BISECT"
-
 DEFAULT_LEAK_POLICY = "restore"
 DEFAULT_BISECT_BUDGET = 120.0
 LEAK_POLICIES = ("restore", "fail", "off")
@@ -149,10 +153,6 @@ BAD_START_METHOD = (
 TIMEOUT_ATTR = "__continuous_test_timeout__"
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class ConfigError(ValueError):
-    """A setting has a value that cannot be used; the message says where it came from."""
 
 
 def parse_positive_int(value: Any, what: str, source: str) -> int:
@@ -295,7 +295,7 @@ def start_method(env: Mapping[str, str] = os.environ) -> str:
 
     ``fork`` forks the template from the controller itself and serves
     multiprocessing's forkserver protocol from it, so it needs forkserver too
-    (see :mod:`continuous_test.template`).
+    (see :mod:`continuous_test.template.server`).
     """
     available = multiprocessing.get_all_start_methods()
     choices = [m for m in START_METHODS if m in available and (m != "fork" or "forkserver" in available)]
@@ -311,26 +311,21 @@ def start_method(env: Mapping[str, str] = os.environ) -> str:
 
 def torch_testcase_wanted(env: Mapping[str, str] = os.environ) -> Optional[bool]:
     """``CONTINUOUS_TEST_TORCH_TESTCASE``: True, False, or None when unset (then the import order decides)."""
-    raw = env.get(ENV_TORCH_TESTCASE, "").strip()
-    if not raw:
-        return None
-    return parse_choice(raw, "choice", f"{ENV_TORCH_TESTCASE} environment variable", ("0", "1")) == "1"
+    return switch_if_set(ENV_TORCH_TESTCASE, env)
+
+
+def check_switches(env: Mapping[str, str] = os.environ) -> Dict[str, Optional[bool]]:
+    """Every on/off switch of the run (:data:`~continuous_test.wire.env.SWITCHES`), defaults filled in.
+
+    Raises ConfigError naming a bad one.  Whoever controls a test calls this
+    before anything is sent, so that a rank, which reads some of them too, never
+    meets a value it cannot use.
+    """
+    values = {name: switch_if_set(name, env) for name in SWITCHES}
+    return {name: SWITCHES[name] if value is None else value for name, value in values.items()}
 
 
 # -- one class's settings ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ClassSettings:
-    """One test class's settings, resolved once; the controller keeps it and its ranks receive it."""
-
-    qualname: str
-    world_size: int
-    device_type: str
-    backend: Optional[str]
-    grace: float
-    start_timeout: float
-    shutdown_timeout: float
 
 
 def resolve(cls: type, world_size: Optional[int] = None, check_importable: bool = True,

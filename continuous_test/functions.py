@@ -22,17 +22,18 @@ import functools
 import sys
 from typing import Any, Callable, Dict, List, Optional, TypeVar
 
-from continuous_test import config, replay, worker
+from continuous_test import _role, config
+from continuous_test._role import FUNCTION_CLASS_ATTR, ProcessRole
 from continuous_test.case import MultiProcContinuousTest
-from continuous_test.launch import detect
-from continuous_test.report import Verdict
+from continuous_test.launched.detect import detect
+from continuous_test.verdict import replay
+from continuous_test.verdict.merge import Verdict
 
-__all__ = ["distributed", "function_classes", "CLASS_ATTR", "NOT_PICKLABLE"]
+__all__ = ["distributed", "function_classes", "NOT_PICKLABLE"]
 
 # Hide this module's frames (the method wrapper) from the ranks' tracebacks.
 __unittest = True
 
-CLASS_ATTR = "__continuous_test_class__"
 NOT_PICKLABLE = (
     "{test}: argument {name!r} ({kind}) cannot be sent to the rank processes: {error}. "
     "Pass only picklable parameters and fixture values to @distributed functions"
@@ -56,7 +57,7 @@ def distributed(world_size: int = 2, *, timeout: Optional[float] = None,
                 raise TypeError(f"{fn.__name__}: @distributed functions take keyword arguments only")
             replay.raise_verdict(None, _verdict(cls, fn.__name__, kwargs), fn)
 
-        setattr(run_everywhere, CLASS_ATTR, cls)
+        setattr(run_everywhere, FUNCTION_CLASS_ATTR, cls)
         return run_everywhere  # type: ignore[return-value]
 
     return decorate
@@ -96,24 +97,18 @@ def function_classes(module: Any) -> List[type]:
 def _verdict(cls: type, name: str, kwargs: Dict[str, Any]) -> Verdict:
     test_id = f"{name}[{', '.join(f'{k}={v!r}' for k, v in kwargs.items())}]" if kwargs else name
     _check_picklable(test_id, kwargs)
-    launch = detect()
-    if worker.current() is not None:
+    role = _role.current_role()
+    if role is ProcessRole.RANK:
         raise RuntimeError(f"{test_id}: a @distributed function cannot be called inside a rank")
-    if launch.is_launcher:
-        from continuous_test import in_place
+    if role is ProcessRole.LAUNCHED:
+        from continuous_test.launched import run as launched
 
         case = cls(name)
         case.call_kwargs = kwargs
-        return in_place.run_case_in_place(case, launch, test_id)
-    from continuous_test import world
+        return launched.run_case_in_place(case, detect(), test_id)
+    from continuous_test.controller import dispatch
 
-    from continuous_test import isolate
-
-    config.leak_policy(cls, getattr(cls, name))  # a bad value fails here, naming its source
-    started = world.start_world_for(cls)
-    limit = config.test_time_limit(cls, getattr(cls, name))
-    verdict = started.run_test(name, test_id, limit, kwargs=kwargs)
-    return isolate.after_test(started, name, test_id, limit, verdict, kwargs)
+    return dispatch.function_verdict(cls, name, test_id, kwargs)
 
 
 def _check_picklable(test_id: str, kwargs: Dict[str, Any]) -> None:
@@ -125,4 +120,3 @@ def _check_picklable(test_id: str, kwargs: Dict[str, Any]) -> None:
         except Exception as exc:
             raise TypeError(NOT_PICKLABLE.format(test=test_id, name=key, kind=type(value).__name__,
                                                  error=exc)) from None
-

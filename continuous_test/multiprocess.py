@@ -5,7 +5,7 @@ group, watchdog timeouts, expected non-zero exits and crashes.  Ranks are forked
 from the same template as :class:`~continuous_test.MultiProcContinuousTest` uses,
 so a fresh world costs a fork, not an interpreter start and a torch import; and
 not even the fork, after the first test of a class: while a test runs, the next
-test's ranks are forked (:class:`continuous_test.ranks.Spares`).  A rank reports
+test's ranks are forked (:class:`continuous_test.controller.processes.Spares`).  A rank reports
 its exit code with its outcome and is reaped later, off the test's path; in
 ``tearDown``, ``self.processes[i].exitcode`` is already that code.
 
@@ -31,22 +31,22 @@ import inspect
 import os
 import shutil
 import signal as signal_module
-import tempfile
 import time
 import unittest
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TypeVar, Union
 
 import torch
 
-from continuous_test import config, progress, replay, timeline, worker
+from continuous_test import _role, config
+from continuous_test._role import ProcessRole
 from continuous_test.case import TestCase
-from continuous_test.launch import detect
-from continuous_test.outcome import TEST_ERROR_EXIT_CODE, ExpectedExit, RankEnding, RankOutcome
-from continuous_test.report import Verdict, judge_endings
+from continuous_test.launched.detect import detect
+from continuous_test.verdict import replay
+from continuous_test.verdict.merge import Verdict
+from continuous_test.wire.outcome import TEST_ERROR_EXIT_CODE, ExpectedExit
 
 if TYPE_CHECKING:
-    from continuous_test.ranks import FreshRanks
-from continuous_test.protocol import TestDone
+    from continuous_test.controller.fresh import FreshRanks
 
 __all__ = ["MultiProcessTestCase", "expect_exit", "BAD_EXPECT_EXIT"]
 
@@ -124,6 +124,7 @@ class MultiProcessTestCase(TestCase):
     """Each test gets fresh ``world_size`` rank processes; see the module docstring."""
 
     MAIN_PROCESS_RANK = -1
+    _ct_runs_in_ranks = True  # _role.RANK_CLASS_ATTR: asked without importing this module
     TEST_ERROR_EXIT_CODE = TEST_ERROR_EXIT_CODE
     test_timeout: Optional[float] = None
     grace_period: Optional[float] = None
@@ -161,13 +162,16 @@ class MultiProcessTestCase(TestCase):
     # -- controller side -------------------------------------------------------------
 
     def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
-        """unittest's run: under torchrun or srun, once per launch (launcher rank 0 runs it); in the
+        """unittest's run: under a launcher, once per launch (launcher rank 0 runs it); in the
         controller it first notes how verbose ``result`` is (heartbeats)."""
-        if worker.current() is None and detect().is_launcher:
-            from continuous_test import in_place
+        role = _role.current_role()
+        if role is ProcessRole.LAUNCHED:
+            from continuous_test.launched import run as launched
 
-            return in_place.run_fresh_once(self, result, detect(), super().run)
-        if worker.current() is None:
+            return launched.run_fresh_once(self, result, detect(), super().run)
+        if role is ProcessRole.CONTROLLER:
+            from continuous_test.controller import progress
+
             progress.observe(result)
         return super().run(result)
 
@@ -183,37 +187,31 @@ class MultiProcessTestCase(TestCase):
 
     def _make_test_dir(self) -> None:
         if self._test_dir is None:
-            from continuous_test import template
+            from continuous_test.controller import fresh
 
-            self._test_dir = tempfile.mkdtemp(prefix=f"test-{type(self).__name__}-", dir=template.private_dir())
+            self._test_dir = fresh.test_dir(type(self))
             self.file_name = os.path.join(self._test_dir, "rendezvous")
             self.addCleanup(shutil.rmtree, self._test_dir, True)
 
     def _spawn_processes(self) -> None:
         """Start this test's ranks (torch's name); a second call does nothing."""
-        from continuous_test.ranks import FreshRanks
+        from continuous_test.controller import fresh
 
         if self._fresh is not None:
             return
         self._make_test_dir()
         assert self._test_dir is not None and self.file_name is not None
-        settings = config.resolve_fresh(type(self), self.world_size)
-        fresh = self._fresh = FreshRanks(type(self), settings, self._testMethodName, self._test_dir, self.file_name)
-        self.addCleanup(fresh.stop)
-        fresh.start()
-        self.processes = fresh.processes()
-        if _expects_more(type(self)):
-            from continuous_test.ranks import SPARES
-
-            SPARES.refill(type(self), settings)
+        ranks = self._fresh = fresh.start(type(self), self._testMethodName, self.world_size, self._test_dir,
+                                          self.file_name)
+        self.addCleanup(ranks.stop)
+        self.processes = ranks.processes()
 
     @classmethod
     def tearDownClass(cls) -> None:
         """Kill the ranks forked ahead for a next test of this class that did not come; reap the ended ones."""
-        from continuous_test.ranks import KILL_TIMEOUT, SPARES, reap_retired
+        from continuous_test.controller import fresh
 
-        SPARES.discard(cls)
-        reap_retired(KILL_TIMEOUT)
+        fresh.end_class(cls)
         super().tearDownClass()
 
     def _start_processes(self, proc: Any = None) -> None:
@@ -221,17 +219,17 @@ class MultiProcessTestCase(TestCase):
         self._spawn_processes()
 
     def _callSetUp(self) -> None:  # noqa: N802 - unittest's seam
-        if worker.current() is None:
+        if _role.current_role() is not ProcessRole.RANK:
             super()._callSetUp()
 
     def _callTearDown(self) -> None:  # noqa: N802 - unittest's seam
-        if worker.current() is None:
+        if _role.current_role() is not ProcessRole.RANK:
             super()._callTearDown()
 
     def _callTestMethod(self, method: Callable) -> None:  # noqa: N802 - unittest's seam
         # In a rank: the test itself.  Replaying a verdict made elsewhere (launcher
         # rank 0 ran the test once for the launch): TestCase raises it.
-        if worker.current() is not None or getattr(self, replay.SOURCE_ATTR, None) is not None:
+        if _role.current_role() is ProcessRole.RANK or getattr(self, replay.SOURCE_ATTR, None) is not None:
             super()._callTestMethod(method)
             return
         __tracebackhide__ = True  # noqa: F841
@@ -239,6 +237,8 @@ class MultiProcessTestCase(TestCase):
         replay.raise_verdict(self, self._judge())
 
     def _judge(self) -> Verdict:
+        from continuous_test.controller import fresh
+
         cls = type(self)
         fn = getattr(cls, self._testMethodName)
         expected = getattr(fn, EXPECT_EXIT_ATTR, None)
@@ -246,20 +246,9 @@ class MultiProcessTestCase(TestCase):
         if expected is None and special is not None:
             expected = ExpectedExit(code=special[1])
         check_codes = _lookup(getattr(self, "skip_return_code_checks", []), fn) is None
-        limit = config.test_time_limit(cls, fn)
-        grace = config.grace_period(cls)
-        test = replay.short_id(self)
-        fresh = self._fresh
-        assert fresh is not None, "_judge() after _spawn_processes()"
-        waited, outputs = fresh.wait(limit, grace, progress.for_test(test, limit, fresh.ranks))
-        fresh.stop()
-        endings = {r: RankEnding(r, waited.exits.get(r), _outcome(waited.replies.get(r))) for r in outputs}
-        dead = [r for r, e in endings.items() if e.outcome is None and e.exitcode not in (0, None)]
-        test_dir = self._test_dir
-        records = timeline.lazy(lambda: timeline.for_world(test_dir, endings, dead))
-        return judge_endings(test, len(endings), endings, expected, outputs,
-                             check_codes=check_codes, faults=waited.faults, time_limit=limit, grace=grace,
-                             timeline=records)
+        assert self._fresh is not None, "_judge() after _spawn_processes()"
+        return fresh.judge(self._fresh, replay.short_id(self), expected, check_codes,
+                           config.test_time_limit(cls, fn), config.grace_period(cls))
 
     # -- rank side ---------------------------------------------------------------------
 
@@ -298,22 +287,6 @@ def init_barrier(store: Any, rank: int, world_size: int) -> None:
             raise TimeoutError(INIT_BARRIER_EXPIRED.format(seconds=INIT_BARRIER_TIMEOUT, ranks=missing))
         time.sleep(pause)
         pause = min(2 * pause, 0.002)
-
-
-_tests_of: Dict[type, int] = {}
-_started: Dict[type, int] = {}
-
-
-def _expects_more(cls: type) -> bool:
-    """Whether a test of ``cls`` that has not started yet may follow (then spares are forked for it)."""
-    if cls not in _tests_of:
-        _tests_of[cls] = len(unittest.defaultTestLoader.getTestCaseNames(cls))
-    _started[cls] = _started.get(cls, 0) + 1
-    return _started[cls] < _tests_of[cls]
-
-
-def _outcome(message: Optional[TestDone]) -> Optional[RankOutcome]:
-    return message.full_outcome() if message is not None else None
 
 
 def _lookup(container, fn: Callable) -> Optional[tuple]:

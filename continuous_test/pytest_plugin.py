@@ -12,8 +12,8 @@
   sets the leak policy, ``--ct-shuffle[=SEED]`` shuffles the order of tests within
   each class and of classes within each module (the seed is in the header and in
   every failure report), ``--ct-bisect SECONDS|off`` bounds rerunning and bisecting
-  failed tests.  See :mod:`continuous_test.leaks`, :mod:`continuous_test.shuffle` and
-  :mod:`continuous_test.isolate`.
+  failed tests.  See :mod:`continuous_test.rank.leaks`, :mod:`continuous_test.controller.shuffle` and
+  :mod:`continuous_test.controller.bisect`.
 * **Module worlds.**  The shared world of a module's ``@distributed`` functions is
   stopped when the last test of that module is done.
 """
@@ -101,7 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _progress_through_terminal(config: pytest.Config) -> None:
     """Heartbeats (with -v) and live rank output go to pytest's terminal, past its capture."""
-    from continuous_test import progress
+    from continuous_test.controller import progress
 
     def emit(line: str, first: bool) -> None:
         reporter = config.pluginmanager.getplugin("terminalreporter")
@@ -139,7 +139,7 @@ def _configure_isolation(config: pytest.Config) -> None:
         os.environ[ct_config.ENV_BISECT] = str(budget)
     seed = config.getoption("ct_shuffle")
     if seed == SHUFFLE_RANDOM:
-        from continuous_test.shuffle import random_seed
+        from continuous_test.controller.shuffle import random_seed
 
         # Chosen once, by the controller; xdist workers inherit its environment
         # and must collect the same order.
@@ -156,7 +156,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     environment ``_configure_isolation`` changed is restored."""
     import os
 
-    from continuous_test import progress
+    from continuous_test.controller import progress
 
     progress.use_unittest()
     for name, value in config.stash.get(_SAVED_ENV, {}).items():
@@ -181,7 +181,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def _seed_line() -> Optional[str]:
     from continuous_test import config as ct_config
-    from continuous_test.shuffle import SEED_LINE
+    from continuous_test.controller.shuffle import SEED_LINE
 
     seed = ct_config.shuffle_seed()
     return None if seed is None else SEED_LINE.format(seed=seed)
@@ -196,18 +196,10 @@ def _setting(config: pytest.Config, name: str) -> tuple:
 
 
 def _test_class(item: pytest.Item) -> Optional[type]:
-    import sys
+    """The class whose tests run in ranks for ``item`` (a test class's or a ``@distributed`` function's), else None."""
+    from continuous_test._role import rank_class_of
 
-    if "continuous_test.case" not in sys.modules:
-        return None  # no test uses the library: do not import torch for nothing
-    from continuous_test.case import MultiProcContinuousTest
-    from continuous_test.functions import CLASS_ATTR
-    from continuous_test.multiprocess import MultiProcessTestCase
-
-    cls = getattr(item, "cls", None)
-    if cls is not None and issubclass(cls, (MultiProcContinuousTest, MultiProcessTestCase)):
-        return cls
-    return getattr(getattr(item, "function", None), CLASS_ATTR, None)
+    return rank_class_of(getattr(item, "cls", None)) or rank_class_of(getattr(item, "function", None))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
@@ -216,7 +208,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
 
     seed = ct_config.shuffle_seed()
     if seed is not None:
-        from continuous_test.shuffle import shuffle_items
+        from continuous_test.controller.shuffle import shuffle_items
 
         shuffle_items(items, seed)
     base = config.stash.get(_OVERRIDES, ct_config.Overrides())
@@ -249,16 +241,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
     if any(_test_class(item) is not None for item in session.items):
-        from continuous_test import launch, template
+        from continuous_test._role import ProcessRole, current_role
 
-        if not launch.detect().is_launcher:
-            template.prepare()
+        if current_role() is ProcessRole.CONTROLLER:
+            from continuous_test.template import server
+
+            server.prepare()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
     """Run each distributed test with this session's options and its own markers in force."""
-    from continuous_test import ahead
+    from continuous_test.controller import ahead
 
     overrides = item.stash.get(_MARKED, None)
     ahead.set_pytest_next(_next_in_world(item, nextitem))
@@ -285,7 +279,7 @@ def _next_in_world(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Option
     marked = item.stash.get(_MARKED, None)  # set on distributed tests only: nothing imported for others
     if nextitem is None or cls is None or marked is None or getattr(nextitem, "cls", None) is not cls:
         return None
-    from continuous_test.ahead import skipped_by_unittest
+    from continuous_test.controller.ahead import skipped_by_unittest
     from continuous_test.case import MultiProcContinuousTest
 
     if not (isinstance(cls, type) and issubclass(cls, MultiProcContinuousTest)) or type(item).__name__ != "TestCaseFunction":
@@ -341,7 +335,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if not ranks:
         return
     report = outcome.get_result()
-    from continuous_test.report import rank_list
+    from continuous_test.verdict.text import rank_list
 
     others = []
     alike: dict = {}  # ranks that did not pass in the same way share one section
@@ -392,7 +386,7 @@ def _summary_message(item: pytest.Item, report: pytest.TestReport, excinfo: Any)
 
 
 def _add_seed_section(report: pytest.TestReport) -> None:
-    from continuous_test.shuffle import failure_line
+    from continuous_test.controller.shuffle import failure_line
 
     line = failure_line()
     if line is not None and line not in str(report.longrepr):  # distributed tests carry it as a note
@@ -408,7 +402,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) 
 
     classes = function_classes(module)
     if classes:
-        from continuous_test.world import stop_world
+        from continuous_test.controller.world import stop_world
 
         for cls in classes:
             stop_world(cls)

@@ -5,7 +5,7 @@ detects torchrun and srun, and exits non-zero on any failure.  Under a launcher
 only rank 0 prints the report, which already holds every rank's outcome; the
 other ranks run silently and exit with the same status.  With
 ``CONTINUOUS_TEST_SHUFFLE=SEED`` the tests of each class, and the classes of the
-module, run in an order shuffled by that seed (:mod:`continuous_test.shuffle`),
+module, run in an order shuffled by that seed (:mod:`continuous_test.controller.shuffle`),
 which is printed at the start and after every failure's traceback.
 """
 from __future__ import annotations
@@ -13,10 +13,12 @@ from __future__ import annotations
 import os
 import sys
 import unittest
-from typing import List, Optional
+from typing import Any, List, Optional
 
-from continuous_test import config, shuffle
-from continuous_test.launch import detect, export_env
+from continuous_test import config
+from continuous_test._role import rank_class_of
+from continuous_test.controller import shuffle
+from continuous_test.launched.detect import detect, export_env
 
 __all__ = ["run_tests", "ContinuousTestRunner", "ContinuousTestResult", "EXIT_INTERRUPTED", "INTERRUPTED"]
 
@@ -91,10 +93,10 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     launch = detect()
     export_env(launch)
     silent = launch.is_launcher and launch.rank != 0
-    if not launch.is_launcher:
-        from continuous_test import template
+    if not launch.is_launcher and _runs_in_ranks(sys.modules.get(module)):
+        from continuous_test.template import server
 
-        template.prepare_for(module)  # fork the rank template now, before any test ran
+        server.prepare()  # fork the rank template now, before any test ran
     runner = _SilentRunner if silent else ContinuousTestRunner
     loader = unittest.TestLoader()
     seed = config.shuffle_seed()
@@ -106,3 +108,9 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(0 if program.result.wasSuccessful() else 1)
+
+
+def _runs_in_ranks(module: Any) -> bool:
+    """Whether ``module`` defines a test class whose tests run in ranks (then the template is worth starting)."""
+    return module is not None and any(rank_class_of(value) is not None for value in vars(module).values()
+                                      if isinstance(value, type))

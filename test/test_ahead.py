@@ -3,14 +3,13 @@ import os
 import re
 import sys
 import time
-
 import unittest
 
-import pytest
-
 import helpers
-from continuous_test import ahead
+import pytest
 from helpers import describe, pytest_counts, unittest_counts
+
+from continuous_test.controller import ahead
 
 SCENARIO = "test_ahead.py"
 GAP = "0.6"  # seconds of pretended runner work before each test, in the controller (a margin under load)
@@ -209,7 +208,7 @@ def test_a_test_a_conftest_hook_skips_is_not_sent_ahead(tmp_path):
 def test_a_bad_switch_value_names_the_variable(tmp_path):
     proc = run("python", ["AheadTest"], tmp_path, env={"CONTINUOUS_TEST_AHEAD": "sometimes"})
     assert unittest_counts(proc.stderr) == {"ran": 4, "errors": 4}, describe(proc)
-    assert ("Invalid choice 'sometimes' from CONTINUOUS_TEST_AHEAD environment variable: "
+    assert ("Invalid value 'sometimes' from CONTINUOUS_TEST_AHEAD environment variable: "
             "expected one of 1, on, true, yes, 0, off, false, no") in proc.stderr, describe(proc)
 
 

@@ -8,9 +8,8 @@ import signal
 import subprocess
 import sys
 
-import pytest
-
 import helpers
+import pytest
 from helpers import ROOT
 
 RUN = ROOT / "benchmarks" / "run.py"

@@ -4,9 +4,8 @@ from __future__ import annotations
 import os
 import re
 
-import pytest
-
 import helpers
+import pytest
 from helpers import describe, pytest_counts, unittest_counts
 
 

@@ -17,9 +17,8 @@ import unittest
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
 import helpers
+import pytest
 from helpers import describe, pytest_counts, unittest_counts
 
 COMPAT = Path(__file__).resolve().parent / "compat"
@@ -112,14 +111,15 @@ def test_migrate_replaces_torch_names_only_while_importing(monkeypatch):
 def test_template_preloads_torch_testing_helpers_and_the_migration(monkeypatch):
     import torch.testing._internal.common_distributed  # noqa: F401 - a migrated file imported it
 
-    from continuous_test import migrate, template
+    from continuous_test import migrate
+    from continuous_test.template import server as template
 
     monkeypatch.setattr(migrate, "_used", False)
-    assert "continuous_test._migrate_template" not in template.preload_modules()
+    assert "continuous_test.template.preload_migration" not in template.preload_modules()
     with migrate.replaced():
         modules = template.preload_modules()
     assert "torch.testing._internal.common_distributed" in modules
-    assert "continuous_test._migrate_template" in modules
+    assert "continuous_test.template.preload_migration" in modules
 
 
 # -- continuous bases run setUp and tearDown on every rank --------------------------------

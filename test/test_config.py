@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from continuous_test import config
-from continuous_test.config import ConfigError
+from continuous_test.wire import env as env_names
+from continuous_test.errors import ConfigError
 
 
 class Plain:
@@ -96,8 +97,37 @@ def test_start_method_is_a_config_error():
 def test_torch_testcase_choice():
     assert config.torch_testcase_wanted(env={}) is None
     assert config.torch_testcase_wanted(env={config.ENV_TORCH_TESTCASE: "1"}) is True
-    with pytest.raises(ConfigError, match="Invalid choice 'yes' from CONTINUOUS_TEST_TORCH_TESTCASE"):
-        config.torch_testcase_wanted(env={config.ENV_TORCH_TESTCASE: "yes"})
+    assert config.torch_testcase_wanted(env={config.ENV_TORCH_TESTCASE: " Off "}) is False
+    with pytest.raises(ConfigError, match="Invalid value 'maybe' from CONTINUOUS_TEST_TORCH_TESTCASE"):
+        config.torch_testcase_wanted(env={config.ENV_TORCH_TESTCASE: "maybe"})
+
+
+@pytest.mark.parametrize("name", sorted(env_names.SWITCHES))
+def test_every_switch_takes_the_same_words_and_rejects_others(name):
+    # One parser, one rule, for every CONTINUOUS_TEST_* on/off switch.
+    for word in ("1", "on", "TRUE", " yes "):
+        assert env_names.switch_if_set(name, {name: word}) is True
+    for word in ("0", "off", "False", "no"):
+        assert env_names.switch_if_set(name, {name: word}) is False
+    assert env_names.switch_if_set(name, {name: ""}) is None
+    with pytest.raises(ConfigError) as raised:
+        env_names.switch_if_set(name, {name: "sometimes"})
+    assert str(raised.value) == env_names.BAD_SWITCH.format(
+        value="sometimes", name=name, words="1, on, true, yes, 0, off, false, no")
+    with pytest.raises(ConfigError, match=name):
+        config.check_switches({name: "sometimes"})
+
+
+def test_check_switches_fills_in_the_defaults():
+    assert config.check_switches({}) == env_names.SWITCHES
+    assert config.check_switches({env_names.ENV_AHEAD: "off"})[env_names.ENV_AHEAD] is False
+    # The readers use the same parser: live output and recording follow it.
+    from continuous_test.controller import progress
+    from continuous_test.rank import recorder
+
+    assert progress.live_output({env_names.ENV_LIVE_OUTPUT: "on"}) is True
+    assert recorder.enabled_by_env({env_names.ENV_RECORD: "off"}) is False
+    assert recorder.enabled_by_env({env_names.ENV_RECORD: "sometimes"}) is True  # the controller reports it
 
 
 def test_resolve_reads_torch_override_points_once():

@@ -9,7 +9,8 @@ import helpers
 import pytest
 from helpers import SCENARIOS, describe
 
-from continuous_test import coverage_support
+from continuous_test.controller import coverage as controller_coverage
+from continuous_test.wire.env import ENV_COVERAGE
 
 pytest.importorskip("coverage")
 pytest.importorskip("pytest_cov")
@@ -50,9 +51,9 @@ def test_lines_run_only_in_ranks_are_covered(runner, tmp_path):
 
 
 def test_ranks_get_no_settings_when_the_controller_is_not_measuring(monkeypatch):
-    monkeypatch.setenv(coverage_support.ENV_COVERAGE, "stale")
-    monkeypatch.setattr(coverage_support, "_current", lambda: None)
-    assert coverage_support.ENV_COVERAGE not in coverage_support.rank_environment()
+    monkeypatch.setenv(ENV_COVERAGE, "stale")
+    monkeypatch.setattr(controller_coverage, "_current", lambda: None)
+    assert ENV_COVERAGE not in controller_coverage.rank_environment()
 
 
 if __name__ == "__main__":

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import sys
 
-import pytest
-
 import helpers
+import pytest
 from helpers import ROOT, describe, pytest_counts, unittest_counts
 
 EXAMPLE = str(ROOT / "examples" / "test_collectives.py")

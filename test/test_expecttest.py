@@ -4,9 +4,8 @@ from __future__ import annotations
 import re
 import shutil
 
-import pytest
-
 import helpers
+import pytest
 from helpers import describe, unittest_counts
 
 
@@ -45,7 +44,7 @@ def test_accept_fails_when_ranks_disagree(tmp_path):
                        env={"EXPECTTEST_ACCEPT": "1", "EXPECT_DIFFERING": "1"})
     assert proc.returncode == 1, describe(proc)
     assert "DifferingExpectTest.test_differs_on_rank_2 failed on rank 2 of 3 (ranks 0, 1 passed)" in proc.stderr
-    assert re.search(r"^rank 2: continuous_test.report.ExpectMismatchError: under EXPECTTEST_ACCEPT=1 the value "
+    assert re.search(r"^rank 2: continuous_test.errors.ExpectMismatchError: under EXPECTTEST_ACCEPT=1 the value "
                      r"checked at .*test_expect_differing.py:\d+ differs between ranks", proc.stderr, re.M), describe(proc)
     assert "  rank 0: 'a'\n  rank 1: 'a'\n  rank 2: 'b'" in proc.stderr, describe(proc)
     assert copy.read_text() == before  # rank 0's value matched: nothing rewritten, by rank 2 least of all

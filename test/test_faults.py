@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import helpers
-from continuous_test.runner import EXIT_INTERRUPTED
+import pytest
 from helpers import describe, unittest_counts
+
+from continuous_test.runner import EXIT_INTERRUPTED
 
 LEAK_BOUND = 5.0  # seconds; generous, this guards against leaks, not speed
 

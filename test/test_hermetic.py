@@ -7,9 +7,8 @@ import socket
 import subprocess
 import sys
 
-import pytest
-
 import helpers
+import pytest
 from helpers import describe, unittest_counts
 
 HOSTNAME = "unresolvable-host-xyz"

@@ -9,13 +9,9 @@ import helpers
 import pytest
 from helpers import describe, unittest_counts
 
-from continuous_test.launch import LAUNCH_HINTS, Mode
-from continuous_test.in_place import (
-    OTHER_RUN,
-    PORT_IN_USE,
-    WORLD_BROKEN,
-    WORLD_SIZE_MISMATCH,
-)
+from continuous_test.launched.detect import LAUNCH_HINTS, Mode
+from continuous_test.launched.join import OTHER_RUN, PORT_IN_USE, WORLD_BROKEN
+from continuous_test.launched.run import WORLD_SIZE_MISMATCH
 
 FAULTS = "test_launched_faults.py"
 BREAKING_TEST = "BreaksTheWorld.test_b_rank_1_raises_while_rank_0_waits"

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import tempfile
 
-import pytest
-
 import helpers
-from continuous_test import config, isolate
+import pytest
 from helpers import describe, unittest_counts
+
+from continuous_test import config
+from continuous_test.controller import bisect
+from continuous_test.controller.world import TestPlan
 
 
 def run_order(*args: str, **env: str):
@@ -19,17 +21,17 @@ def test_failures_are_told_apart_and_still_fail():
     proc = run_order()
     # Verdicts stay honest: the three failures are still failures.
     assert unittest_counts(proc.stderr) == {"ran": 7, "failures": 3}, describe(proc)
-    others = isolate.OTHERS.format(n=3)
-    assert isolate.ORDER_DEPENDENT.format(test="test_e_victim", culprits="test_a_poisons", others=others) in proc.stderr
+    others = bisect.OTHERS.format(n=3)
+    assert bisect.ORDER_DEPENDENT.format(test="test_e_victim", culprits="test_a_poisons", others=others) in proc.stderr
     # test_f runs first in the world restarted after test_e failed.
-    assert isolate.FLAKY_FIRST.format(test="test_f_first_run") in proc.stderr, describe(proc)
-    assert isolate.FAILS_ALONE.format(test="test_g_always") in proc.stderr, describe(proc)
+    assert bisect.FLAKY_FIRST.format(test="test_f_first_run") in proc.stderr, describe(proc)
+    assert bisect.FAILS_ALONE.format(test="test_g_always") in proc.stderr, describe(proc)
 
 
 def test_a_failure_that_does_not_come_back_after_the_same_tests_is_flaky():
     proc = run_order("-k", "test_b", "-k", "test_c", "-k", "test_f")
     assert unittest_counts(proc.stderr) == {"ran": 3, "failures": 1}, describe(proc)
-    assert isolate.FLAKY.format(test="test_f_first_run", n=2) in proc.stderr, describe(proc)
+    assert bisect.FLAKY.format(test="test_f_first_run", n=2) in proc.stderr, describe(proc)
 
 
 def test_off_and_budget():
@@ -37,35 +39,36 @@ def test_off_and_budget():
     assert unittest_counts(proc.stderr) == {"ran": 2, "failures": 1}, describe(proc)
     assert "rerun and bisect" not in proc.stderr
     proc = run_order("-k", "test_a", "-k", "test_e", **{config.ENV_BISECT: "0.001"})
-    assert isolate.BUDGET_SPENT.format(budget=0.001) in proc.stderr, describe(proc)
+    assert bisect.BUDGET_SPENT.format(budget=0.001) in proc.stderr, describe(proc)
 
 
 def test_a_timed_out_test_is_not_rerun():
-    from continuous_test.report import RankTimeoutError, Status, Verdict
+    from continuous_test.errors import RankTimeoutError
+    from continuous_test.verdict.merge import Status, Verdict
 
     class FakeWorld:  # never started: a timed-out test must not reach a fresh world
-        cls, world_size = None, 2
+        cls, world_size, starts = None, 2, 1
 
     verdict = Verdict(Status.FAIL, error=RankTimeoutError("T.test_x exceeded its time limit"), restart_world=True)
-    isolate.after_test(FakeWorld(), "test_x", "T.test_x", 1.0, verdict)
-    assert verdict.error.__notes__ == [isolate.NOT_RERUN]
+    bisect.after_test(FakeWorld(), TestPlan("test_x", "T.test_x", 1.0, "restore"), verdict)
+    assert verdict.error.__notes__ == [bisect.NOT_RERUN]
 
 
 def test_a_world_started_again_starts_a_new_history():
     # The ranks of a restarted world ran none of the tests before the restart (a
     # death between tests, a test sent ahead that the runner did not run): a
     # bisect must not replay them as the failing test's predecessors.
-    from continuous_test.report import Status, Verdict
+    from continuous_test.verdict.merge import Status, Verdict
 
     class FakeWorld:
         cls, world_size, starts = None, 2, 1
 
     world = FakeWorld()
     for method in ("test_a", "test_b"):
-        isolate.after_test(world, method, f"T.{method}", 1.0, Verdict(Status.PASS))
+        bisect.after_test(world, TestPlan(method, f"T.{method}", 1.0, "restore"), Verdict(Status.PASS))
     world.starts = 2
-    isolate.after_test(world, "test_c", "T.test_c", 1.0, Verdict(Status.PASS))
-    assert [ran.method for ran in isolate._HISTORY[world]] == ["test_c"]
+    bisect.after_test(world, TestPlan("test_c", "T.test_c", 1.0, "restore"), Verdict(Status.PASS))
+    assert [ran.method for ran in bisect._HISTORY[world]] == ["test_c"]
 
 
 def test_bad_budget_names_its_source():

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from continuous_test.launch import (
+from continuous_test.launched.detect import (
     LAUNCH_HINTS,
-    RANK_MARKER_ENV,
     Mode,
     detect,
     export_env,
@@ -13,10 +12,11 @@ from continuous_test.launch import (
     slurm_port,
     tasks_per_node,
 )
+from continuous_test.wire.env import ENV_RANK_MARKER
 
 
-def test_plain_process_is_a_dispatcher():
-    assert detect({}).mode is Mode.DISPATCHER
+def test_plain_process_is_not_launched():
+    assert detect({}).mode is Mode.NONE
 
 
 def test_torchrun():
@@ -33,8 +33,8 @@ def test_generic_env_launcher():
 
 
 def test_ranks_of_our_own_world_are_not_launched():
-    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1", RANK_MARKER_ENV: "1"}
-    assert detect(env).mode is Mode.DISPATCHER
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1", ENV_RANK_MARKER: "1"}
+    assert detect(env).mode is Mode.NONE
 
 
 def test_srun():
@@ -85,8 +85,8 @@ def test_hint_names_the_launcher_in_use():
     assert srun.hint == LAUNCH_HINTS[Mode.SLURM] and "srun" in srun.hint and "nproc" not in srun.hint
 
 
-def test_single_task_srun_is_a_dispatcher():
-    assert detect({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}).mode is Mode.DISPATCHER
+def test_single_task_srun_is_not_launched():
+    assert detect({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}).mode is Mode.NONE
 
 
 @pytest.mark.parametrize("nodelist, host", [
@@ -104,7 +104,7 @@ def test_first_host(nodelist, host):
      "Invalid SLURM_NTASKS 'x2' from the SLURM_NTASKS environment variable (set by srun)"),
 ])
 def test_bad_launcher_variables_name_the_variable(env, message):
-    from continuous_test.config import ConfigError
+    from continuous_test.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:
         detect(env)

@@ -16,9 +16,12 @@ import warnings
 import pytest
 import torch
 
-from continuous_test import config, leaks
-from continuous_test.outcome import RankOutcome
-from continuous_test.report import Status, merge
+from continuous_test import config, errors
+from continuous_test.rank import leaks
+from continuous_test.verdict import leaks as verdict_leaks
+from continuous_test.verdict.merge import Status, merge
+from continuous_test.wire import outcome
+from continuous_test.wire.outcome import RankOutcome
 
 
 def _check(change, policy="restore"):
@@ -87,12 +90,12 @@ class _CheckedCase(unittest.TestCase):
 def test_a_test_after_an_unchecked_one_is_not_blamed_for_its_leak():
     # The unchecked test (policy off) leaves a scalar changed; the next test's
     # snapshot must read it again, not reuse the one from before.
-    from continuous_test import worker
+    from continuous_test.rank import run as rank_run
 
-    assert worker.run_case(_CheckedCase("test_clean"), 0).leaks is None
+    assert rank_run.run_case(_CheckedCase("test_clean"), 0, "restore").leaks is None
     try:
-        worker.run_case(_OffCase("test_leaves_float64"), 0)
-        assert worker.run_case(_CheckedCase("test_clean"), 0).leaks is None
+        rank_run.run_case(_OffCase("test_leaves_float64"), 0, "off")
+        assert rank_run.run_case(_CheckedCase("test_clean"), 0, "restore").leaks is None
     finally:
         torch.set_default_dtype(torch.float32)
 
@@ -127,7 +130,7 @@ def test_filters_a_newly_imported_module_sets_for_its_own_warnings_are_not_a_lea
 
 def test_default_dtype_is_reported_and_put_back():
     report = _check(lambda: torch.set_default_dtype(torch.float64))
-    assert report.leaks == (leaks.Leak("torch default dtype", "torch.float32", "torch.float64", True),)
+    assert report.leaks == (outcome.Leak("torch default dtype", "torch.float32", "torch.float64", True),)
     assert torch.get_default_dtype() == torch.float32
 
 
@@ -178,26 +181,26 @@ def test_a_live_thread_cannot_be_put_back():
     thread = threading.Thread(target=stop.wait, name="ct-unit-leak")
     try:
         report = _check(thread.start)
-        assert report.leaks == (leaks.Leak("live non-daemon threads", "none started", "'ct-unit-leak' still running", False),)
+        assert report.leaks == (outcome.Leak("live non-daemon threads", "none started", "'ct-unit-leak' still running", False),)
     finally:
         stop.set()
         thread.join()
 
 
 def test_ranks_with_the_same_change_share_a_line():
-    leak = leaks.Leak("torch default dtype", "torch.float32", "torch.float64", True)
-    outcomes = {r: RankOutcome(r, [], leaks=leaks.LeakReport("restore", (leak,))) for r in (0, 1)}
+    leak = outcome.Leak("torch default dtype", "torch.float32", "torch.float64", True)
+    outcomes = {r: RankOutcome(r, [], leaks=outcome.LeakReport("restore", (leak,))) for r in (0, 1)}
     verdict = merge("T.test_x", 2, outcomes)
     assert verdict.status is Status.PASS and not verdict.restart_world
     assert "  left torch default dtype changed: torch.float32 \u2192 torch.float64 (ranks 0, 1)" in verdict.leak_report
-    assert leaks.RESTORED in verdict.leak_report
+    assert verdict_leaks.RESTORED in verdict.leak_report
 
 
 def test_fail_policy_fails_and_an_unrestorable_leak_restarts_the_world():
-    leak = leaks.Leak("live non-daemon threads", "none started", "'t' still running", False)
-    outcomes = {0: RankOutcome(0, [], leaks=leaks.LeakReport("fail", (leak,))), 1: RankOutcome(1, [])}
+    leak = outcome.Leak("live non-daemon threads", "none started", "'t' still running", False)
+    outcomes = {0: RankOutcome(0, [], leaks=outcome.LeakReport("fail", (leak,))), 1: RankOutcome(1, [])}
     verdict = merge("T.test_x", 2, outcomes)
-    assert verdict.status is Status.FAIL and isinstance(verdict.error, leaks.LeakError)
+    assert verdict.status is Status.FAIL and isinstance(verdict.error, errors.LeakError)
     assert "(rank 0)" in str(verdict.error) and verdict.restart_world
 
 
@@ -242,7 +245,7 @@ def test_restore_policy_warns_and_the_next_test_sees_a_clean_process():
     assert unittest_counts(proc.stderr) == {"ran": 4}
     assert "LeakWarning: LeakTest.test_1_leaks left process-global state changed (leak policy 'restore')" in proc.stderr
     for line in (DTYPE_LINE, "left environment variable LEAKED_VAR changed: unset \u2192 '1' (ranks 0, 1)",
-                 "left process groups the test created changed", leaks.RESTORED,
+                 "left process groups the test created changed", verdict_leaks.RESTORED,
                  "left global module hooks (torch.nn.modules.module._global_forward_hooks) changed"):
         assert line in proc.stderr, describe(proc)
 
@@ -257,15 +260,15 @@ def test_off_policy_lets_the_leak_through():
 def test_fail_policy_fails_the_leaking_test_only():
     proc = helpers.python("test_leaks.py", env={**NO_BISECT, config.ENV_LEAKS: "fail"})
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
-    assert "FAIL: test_1_leaks" in proc.stderr and "continuous_test.leaks.LeakError" in proc.stderr
-    assert DTYPE_LINE in proc.stderr and leaks.FAILED_BY_POLICY in proc.stderr
+    assert "FAIL: test_1_leaks" in proc.stderr and "continuous_test.errors.LeakError" in proc.stderr
+    assert DTYPE_LINE in proc.stderr and verdict_leaks.FAILED_BY_POLICY in proc.stderr
 
 
 def test_a_leaked_thread_restarts_the_world():
     proc = helpers.python("test_leaks.py", env={**NO_BISECT, "LEAK_THREAD": "1"})
     assert proc.returncode == 0, describe(proc)
     assert "left live non-daemon threads changed: none started \u2192 'leaked-spinner' still running (ranks 0, 1)" in proc.stderr
-    assert leaks.NOT_RESTORED.format(items="live non-daemon threads") in proc.stderr
+    assert verdict_leaks.NOT_RESTORED.format(items="live non-daemon threads") in proc.stderr
 
 
 def test_pytest_option_and_warning_summary():

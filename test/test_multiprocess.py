@@ -4,13 +4,13 @@ from __future__ import annotations
 import os
 import re
 
-import pytest
-
 import helpers
-from continuous_test import expect_exit
-from continuous_test.multiprocess import BAD_EXPECT_EXIT
+import pytest
 from helpers import describe, pytest_counts, unittest_counts
 from test_faults import section
+
+from continuous_test import expect_exit
+from continuous_test.multiprocess import BAD_EXPECT_EXIT
 
 
 @pytest.fixture(scope="module")

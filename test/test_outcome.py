@@ -1,11 +1,12 @@
 """The per-rank data a rank reports: events, error records, skips (no processes)."""
 from __future__ import annotations
 
-import pytest
-
 import unittest
 
-from continuous_test.outcome import EventKind, RankResult, SubTestId, exit_description
+import pytest
+
+from continuous_test.rank.result import RankResult
+from continuous_test.wire.outcome import EventKind, SubTestId, exit_description
 
 
 def test_exit_description():

@@ -5,9 +5,10 @@ import pickle
 
 import pytest
 
-from continuous_test import config, protocol
-from continuous_test.outcome import ErrorRecord, Event, EventKind, RankOutcome
-from continuous_test.protocol import RankSpec, RunTest, TestDone
+from continuous_test import config
+from continuous_test.wire import messages
+from continuous_test.wire.messages import RankSpec, RunTest, TestDone
+from continuous_test.wire.outcome import ErrorRecord, Event, EventKind, RankOutcome
 
 
 def roundtrip(message):
@@ -41,11 +42,11 @@ def test_send_and_recv_over_a_pipe():
     import multiprocessing
 
     a, b = multiprocessing.Pipe()
-    protocol.send(a, RunTest("test_x", 3, None, {"n": 1}))
-    assert protocol.recv(b) == RunTest("test_x", 3, None, {"n": 1})
+    messages.send(a, RunTest("test_x", 3, None, {"n": 1}))
+    assert messages.recv(b) == RunTest("test_x", 3, None, {"n": 1})
     a.close()
     with pytest.raises(EOFError):
-        protocol.recv(b)
+        messages.recv(b)
 
 
 if __name__ == "__main__":

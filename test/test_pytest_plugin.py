@@ -5,9 +5,8 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-import pytest
-
 import helpers
+import pytest
 from helpers import describe, pytest_counts
 
 

@@ -13,10 +13,12 @@ import time
 
 import pytest
 
-from continuous_test import protocol
-from continuous_test.outcome import ErrorRecord, Event, EventKind, FaultKind, RankOutcome
-from continuous_test.protocol import ProtocolError, Ready, TestDone
-from continuous_test.ranks import Goal, RankProcess, Watch, kill_ranks
+from continuous_test.controller.processes import RankProcess, kill_ranks
+from continuous_test.controller.watch import Goal, Watch
+from continuous_test.errors import ProtocolError
+from continuous_test.wire import messages
+from continuous_test.wire.messages import Ready, TestDone
+from continuous_test.wire.outcome import ErrorRecord, Event, EventKind, FaultKind, RankOutcome
 
 CTX = multiprocessing.get_context("fork")
 
@@ -31,7 +33,7 @@ def _stand_in(conn, control, script):
         elif isinstance(step, float):
             time.sleep(step)
         else:
-            protocol.send(conn, step)
+            messages.send(conn, step)
     time.sleep(60)
 
 

@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from continuous_test import recorder
-from continuous_test import timeline as tl
+from continuous_test.rank import recorder
+from continuous_test.verdict import timeline
+from continuous_test.wire import records
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def test_records_what_was_called_where_and_that_it_returned(ring):
     out = dist.all_reduce(t)
     dist.all_gather_object([None], {"a": 1})
     dist.barrier()
-    calls = tl.read_file(ring)
+    calls = records.read_file(ring)
     assert out is None and t.tolist() == [[1.0] * 3] * 2
     first, objects, barrier = calls.calls
     assert first.describe() == f"all_reduce #1 [float64(2,3)] at test_recorder.py:{line} (returned)"
@@ -50,7 +51,7 @@ def test_subgroups_are_named_by_their_ranks_and_numbered_apart(ring):
     sub = dist.new_group([0])
     dist.all_reduce(torch.ones(1), group=sub)
     dist.all_reduce(torch.ones(1))
-    on_sub, on_default = tl.read_file(ring).calls
+    on_sub, on_default = records.read_file(ring).calls
     assert on_sub.name() == "all_reduce #1 on ranks 0"
     assert on_default.name() == "all_reduce #1"
 
@@ -63,8 +64,8 @@ def test_exceptions_pass_through_unchanged_and_are_marked(ring):
     original = recorder._originals["broadcast"]
     with pytest.raises(type(caught.value)):
         original(bad, src=5)
-    (call,) = tl.read_file(ring).calls
-    assert call.status == tl.STATUS_RAISED and call.describe().endswith("(raised)")
+    (call,) = records.read_file(ring).calls
+    assert call.status == records.STATUS_RAISED and call.describe().endswith("(raised)")
 
 
 def test_only_the_current_test_and_the_last_calls_are_kept(ring):
@@ -73,11 +74,11 @@ def test_only_the_current_test_and_the_last_calls_are_kept(ring):
     recorder.begin_test(Case())
     for _ in range(11):
         dist.all_reduce(torch.ones(1))
-    calls = tl.read_file(ring)
+    calls = records.read_file(ring)
     assert [c.seq for c in calls.calls] == list(range(4, 12))  # capacity 8
     assert calls.dropped == 3
-    assert "(3 earlier calls of this test not kept)" in tl.build({0: calls}).text
-    assert tl.parse(recorder.snapshot()).calls == calls.calls  # what torchrun ranks send
+    assert "(3 earlier calls of this test not kept)" in timeline.build({0: calls}).text
+    assert records.parse(recorder.snapshot()).calls == calls.calls  # what torchrun ranks send
 
 
 def test_wrappers_keep_the_original_signature():

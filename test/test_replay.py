@@ -9,9 +9,10 @@ import unittest
 
 import pytest
 
-from continuous_test import TestCase, replay
-from continuous_test.outcome import SubTestId
-from continuous_test.report import Status, Verdict
+from continuous_test import TestCase
+from continuous_test.verdict import replay
+from continuous_test.verdict.merge import Status, Verdict
+from continuous_test.wire.outcome import SubTestId
 
 
 class Sample(TestCase):

@@ -3,17 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-
-from continuous_test.outcome import ErrorRecord, Event, EventKind, FaultKind, RankFault, RankOutcome, SubTestId
-from continuous_test.report import (
-    InconsistentSkipError,
-    RankDiedError,
-    RankTimeoutError,
-    RemoteError,
-    RemoteTraceback,
-    Status,
-    merge,
-)
+from continuous_test.errors import InconsistentSkipError, RankDiedError, RankTimeoutError, RemoteError, RemoteTraceback
+from continuous_test.verdict.merge import Status, merge
+from continuous_test.wire.outcome import ErrorRecord, Event, EventKind, FaultKind, RankFault, RankOutcome, SubTestId
 
 
 def record(exc: BaseException) -> ErrorRecord:

@@ -7,15 +7,15 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 import helpers
+import pytest
 from helpers import describe, pytest_counts, unittest_counts
 
-from continuous_test import progress
-from continuous_test.config import ConfigError
-from continuous_test.outcome import ErrorRecord, Event, EventKind, RankOutcome
-from continuous_test.report import RemoteError, merge, rank_list
+from continuous_test.controller import progress
+from continuous_test.errors import ConfigError, RemoteError
+from continuous_test.verdict.merge import merge
+from continuous_test.verdict.report import rank_list
+from continuous_test.wire.outcome import ErrorRecord, Event, EventKind, RankOutcome
 
 FAILING = ["ReportTest.test_a_same_everywhere", "ReportTest.test_b_key_error",
            "ReportTest.test_c_called_process_error", "ReportTest.test_d_constant_str",
@@ -57,7 +57,7 @@ def test_every_failure_is_reported(reports):
     ("test_d_constant_str", "ConstantStr: ReportTest.test_d_constant_str failed on rank 0 of 3 (ranks 1, 2 passed)"),
     ("test_e_raising_str", "RaisingStr: ReportTest.test_e_raising_str failed on rank 1 of 3 (ranks 0, 2 passed)"),
     ("test_f_unpicklable",
-     "continuous_test.report.RemoteError: ReportTest.test_f_unpicklable failed on rank 0 of 3 (ranks 1, 2 passed)"),
+     "continuous_test.errors.RemoteError: ReportTest.test_f_unpicklable failed on rank 0 of 3 (ranks 1, 2 passed)"),
     ("test_g_differing_tracebacks", "ValueError: ReportTest.test_g_differing_tracebacks failed on ranks 0-2 of 3"),
     ("test_failing_rank", "AssertionError: FreshFailureTest.test_failing_rank failed on rank 1 of 2 (rank 0 passed)"),
 ])

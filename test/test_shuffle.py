@@ -4,11 +4,12 @@ from __future__ import annotations
 import re
 import sys
 
-import pytest
-
 import helpers
-from continuous_test import config, shuffle
+import pytest
 from helpers import describe
+
+from continuous_test import config
+from continuous_test.controller import shuffle
 
 DEFAULT = ["Alpha.test_a", "Alpha.test_b", "Alpha.test_c", "Alpha.test_d", "Beta.test_a", "Beta.test_b",
            "Beta.test_c", "Zeta.test_a", "Zeta.test_fails", "Zeta.test_z"]

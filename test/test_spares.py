@@ -1,7 +1,6 @@
 """Ranks forked ahead of need (continuous_test.ranks.Spares), run as real scenario files."""
-import pytest
-
 import helpers
+import pytest
 from helpers import describe, pytest_counts, unittest_counts
 
 SCENARIO = "test_spares.py"

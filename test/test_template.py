@@ -4,9 +4,8 @@ from __future__ import annotations
 import sys
 import threading
 
-import pytest
-
 import helpers
+import pytest
 from helpers import pytest_counts, unittest_counts
 
 SCENARIO = "test_template_fork.py"
@@ -59,7 +58,7 @@ def test_the_fresh_interpreter_template_on_request():
 
 
 def test_a_controller_with_a_second_thread_is_not_forked():
-    from continuous_test import template
+    from continuous_test.template import server as template
 
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
@@ -72,7 +71,7 @@ def test_a_controller_with_a_second_thread_is_not_forked():
 
 
 def test_bad_start_method_lists_the_choices(monkeypatch):
-    from continuous_test import template
+    from continuous_test.template import server as template
 
     monkeypatch.setenv("CONTINUOUS_TEST_START_METHOD", "thread")
     with pytest.raises(ValueError, match="expected one of fork, forkserver, spawn"):

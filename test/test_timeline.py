@@ -4,16 +4,16 @@ from __future__ import annotations
 import re
 import sys
 
-import pytest
-
 import helpers
+import pytest
 from helpers import describe, unittest_counts
 from test_faults import section
 
-from continuous_test import timeline as tl
-from continuous_test.outcome import ErrorRecord, Event, EventKind, FaultKind, RankFault, RankOutcome
-from continuous_test.report import Status, merge
-from continuous_test.timeline import DIVERGENCE, HEADING, MISMATCH
+from continuous_test.verdict import timeline
+from continuous_test.verdict.merge import Status, merge
+from continuous_test.verdict.timeline import DIVERGENCE, HEADING, MISMATCH
+from continuous_test.wire import records
+from continuous_test.wire.outcome import ErrorRecord, Event, EventKind, FaultKind, RankFault, RankOutcome
 
 
 def _outcome(rank: int, failed: bool) -> RankOutcome:
@@ -26,7 +26,7 @@ def _outcome(rank: int, failed: bool) -> RankOutcome:
 def _timeline(divergent: bool, calls: list):
     def build():
         calls.append(1)
-        return tl.Timeline("rank 0: barrier #1 at t.py:1 (waiting)", divergent)
+        return timeline.Timeline("rank 0: barrier #1 at t.py:1 (waiting)", divergent)
     return build
 
 
@@ -98,7 +98,7 @@ def test_rank_dying_inside_a_collective(world):
 
 def test_failure_on_some_ranks_shows_the_timeline(world):
     report = section(world.stderr, "test_e_fails_on_one_rank")
-    assert re.search(r"ranks 0,1: all_reduce #1 \[float32\(8\)\] at test_timeline.py:\d+ \(returned\)", report), report
+    assert re.search(r"ranks 0, 1: all_reduce #1 \[float32\(8\)\] at test_timeline.py:\d+ \(returned\)", report), report
 
 
 def test_same_failure_everywhere_without_divergence_has_no_timeline(world):
@@ -169,22 +169,22 @@ def test_torchrun_time_limit_report_gathers_every_rank():
 
 
 def test_timeline_groups_ranks_and_finds_the_first_divergence():
-    def call(seq, op, status=tl.STATUS_WAITING, shape=(8,)):
-        return tl.Call(seq, seq, op, 0, status, "float32", shape, -1, -1, "", "test_x.py", 40 + seq)
+    def call(seq, op, status=records.STATUS_WAITING, shape=(8,)):
+        return records.Call(seq, seq, op, 0, status, "float32", shape, -1, -1, "", "test_x.py", 40 + seq)
 
-    done = tl.STATUS_RETURNED
+    done = records.STATUS_RETURNED
     same = (call(1, "barrier", done),)
-    ranks = {r: tl.RankCalls(r, 1, same + (call(2, "all_reduce"),)) for r in (0, 2, 3)}
-    ranks[1] = tl.RankCalls(1, 1, same + (call(2, "broadcast"),))
-    assert tl.build(ranks).text == (
-        "ranks 0,2,3: all_reduce #2 [float32(8)] at test_x.py:42 (waiting)\n"
-        "rank 1:      broadcast #2 [float32(8)] at test_x.py:42 (waiting)\n"
+    ranks = {r: records.RankCalls(r, 1, same + (call(2, "all_reduce"),)) for r in (0, 2, 3)}
+    ranks[1] = records.RankCalls(1, 1, same + (call(2, "broadcast"),))
+    assert timeline.build(ranks).text == (
+        "ranks 0, 2, 3: all_reduce #2 [float32(8)] at test_x.py:42 (waiting)\n"
+        "rank 1:        broadcast #2 [float32(8)] at test_x.py:42 (waiting)\n"
         "first divergence at #2")
-    skipped = {0: tl.RankCalls(0, 1, same + (call(2, "barrier"),)), 1: tl.RankCalls(1, 1, same)}
-    built = tl.build(skipped)
+    skipped = {0: records.RankCalls(0, 1, same + (call(2, "barrier"),)), 1: records.RankCalls(1, 1, same)}
+    built = timeline.build(skipped)
     assert built.divergent and "  rank 1: no call #2" in built.text
-    alike = {r: tl.RankCalls(r, 1, same) for r in (0, 1)}
-    assert not tl.build(alike).divergent
+    alike = {r: records.RankCalls(r, 1, same) for r in (0, 1)}
+    assert not timeline.build(alike).divergent
 
 
 def test_docs_page_shows_a_current_capture():

@@ -16,9 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import helpers
+import pytest
 from helpers import describe
 
 SCENARIO = "test_world_faults.py"

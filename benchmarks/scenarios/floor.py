@@ -22,10 +22,10 @@ from __future__ import annotations
 import os
 import time
 
-from continuous_test import MultiProcContinuousTest, run_tests
-
 import scenario_common as common
 from scenario_common import SETTINGS
+
+from continuous_test import MultiProcContinuousTest, run_tests
 
 
 class Floor(MultiProcContinuousTest):

@@ -15,7 +15,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from continuous_test import MultiProcContinuousTest, leaks, run_tests
+from continuous_test import MultiProcContinuousTest, run_tests
+from continuous_test.rank import leaks
 
 LOOPS = int(os.environ.get("BENCH_LEAK_LOOPS", "2000"))
 TESTS = int(os.environ.get("BENCH_LEAK_TESTS", "0"))

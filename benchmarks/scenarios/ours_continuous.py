@@ -3,11 +3,11 @@
 Settings come from ``BENCH_*`` environment variables (see ``scenario_common``).
 Tests just run the body: the process group already exists in every rank.
 """
-import continuous_test
-from continuous_test import MultiProcContinuousTest, run_tests
-
 import scenario_common as common
 from scenario_common import SETTINGS
+
+import continuous_test
+from continuous_test import MultiProcContinuousTest, run_tests
 
 
 class Bench(common.StampedRun, MultiProcContinuousTest):

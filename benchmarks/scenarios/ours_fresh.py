@@ -3,10 +3,10 @@
 Each test creates the process group on its own rendezvous, runs the body and
 destroys the group.  Settings come from ``BENCH_*`` environment variables.
 """
-from continuous_test import MultiProcessTestCase, run_tests
-
 import scenario_common as common
 from scenario_common import SETTINGS
+
+from continuous_test import MultiProcessTestCase, run_tests
 
 
 class Bench(common.StampedRun, MultiProcessTestCase):

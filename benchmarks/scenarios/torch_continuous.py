@@ -7,11 +7,10 @@ test gets none.
 """
 from datetime import timedelta
 
-from torch.testing._internal.common_distributed import MultiProcContinuousTest
-from torch.testing._internal.common_utils import run_tests
-
 import scenario_common as common
 from scenario_common import SETTINGS
+from torch.testing._internal.common_distributed import MultiProcContinuousTest
+from torch.testing._internal.common_utils import run_tests
 
 
 class Bench(common.StampedRun, MultiProcContinuousTest):

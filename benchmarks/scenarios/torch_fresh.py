@@ -4,12 +4,11 @@ As in torch's own tests, ``setUp`` spawns the ranks and each test creates the
 process group on a ``FileStore`` on ``self.file_name``, runs the body and
 destroys the group.  Settings come from ``BENCH_*`` environment variables.
 """
+import scenario_common as common
 import torch.distributed as dist
+from scenario_common import SETTINGS
 from torch.testing._internal.common_distributed import MultiProcessTestCase
 from torch.testing._internal.common_utils import run_tests
-
-import scenario_common as common
-from scenario_common import SETTINGS
 
 
 class Bench(common.StampedRun, MultiProcessTestCase):

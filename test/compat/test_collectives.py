@@ -17,8 +17,8 @@ from unittest import mock
 import torch
 import torch.distributed as dist
 from torch.testing._internal.common_distributed import (
-    MultiProcContinuousTest,
     TEST_SKIPS,
+    MultiProcContinuousTest,
     requires_gloo,
     requires_nccl,
     skip_if_lt_x_gpu,

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
-from torch.testing._internal.common_fsdp import FSDPTest, FSDPTestContinuous, FSDPTestMultiThread, MLP
+from torch.testing._internal.common_fsdp import MLP, FSDPTest, FSDPTestContinuous, FSDPTestMultiThread
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import DTensorTestBase, with_comms
 

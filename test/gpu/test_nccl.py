@@ -9,12 +9,8 @@ import os
 import torch
 import torch.distributed as dist
 
-from continuous_test import (
-    MultiProcContinuousTest,
-    MultiProcessTestCase,
-    run_tests,
-    worker,
-)
+from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, run_tests
+from continuous_test.rank import run as rank_run
 
 WORLD_SIZE = int(os.environ.get("GPU_CHECK_WORLD_SIZE", "1"))
 
@@ -37,7 +33,7 @@ class NcclWorld(MultiProcContinuousTest):
 
     def test_no_cuda_in_template(self):
         # Under torchrun there is no template: each rank is a process of its own.
-        self.assertFalse(worker.template_cuda_initialized())
+        self.assertFalse(rank_run.template_cuda_initialized())
 
     def test_all_reduce(self):
         t = torch.full((4,), float(self.rank + 1), device=self.device)

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 import continuous_test
-from continuous_test import MultiProcContinuousTest, run_tests, worker
+from continuous_test import _role, MultiProcContinuousTest, run_tests
 
 
 def stamp(name, text=None):
@@ -42,7 +42,7 @@ class Stamped(MultiProcContinuousTest):
         return "cpu"
 
     def run(self, result=None):
-        if worker.current() is None:  # the controller: slow runner work before each test
+        if _role.current() is None:  # the controller: slow runner work before each test
             time.sleep(float(os.environ.get("AHEAD_GAP", "0")))
             stamp(f"ctl-{type(self).__name__}.{self._testMethodName}")
         return super().run(result)
@@ -54,7 +54,7 @@ class Stamped(MultiProcContinuousTest):
 
     @classmethod
     def tearDownClass(cls):
-        from continuous_test import world
+        from continuous_test.controller import world
 
         started = world._WORLDS.get(cls)
         print(f"SENT_AHEAD {cls.__name__} {started.sent_ahead if started else None}", file=sys.stderr, flush=True)
@@ -170,7 +170,7 @@ class RunSkipTest(MultiProcContinuousTest):
         return "gloo"
 
     def run(self, result=None):
-        if worker.current() is None and self._testMethodName in self.BROKEN:
+        if _role.current() is None and self._testMethodName in self.BROKEN:
             result.startTest(self)
             result.addSkip(self, "known broken")
             result.stopTest(self)

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 from continuous_test import MultiProcContinuousTest, run_tests
-from continuous_test.worker import SEED
+from continuous_test.rank.run import SEED
 
 
 class AllReduceTest(MultiProcContinuousTest):

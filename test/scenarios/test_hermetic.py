@@ -7,8 +7,7 @@ import stat
 import torch
 import torch.distributed as dist
 
-from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, run_tests
-from continuous_test import worker
+from continuous_test import _role, MultiProcContinuousTest, MultiProcessTestCase, run_tests
 
 
 def socket_inodes(pid):
@@ -70,7 +69,7 @@ class HermeticWorldTest(MultiProcContinuousTest):
         self.assertEqual([s for s in sockets if not is_loopback(s[1])], [])
 
     def test_world_files_are_private(self):
-        spec = worker.current().spec
+        spec = _role.current().spec
         self.assertEqual(mode(spec.world_dir), 0o700)
         self.assertEqual(mode(spec.rendezvous_file) & 0o077, 0)
         self.assertEqual(mode(spec.log_file), 0o600)

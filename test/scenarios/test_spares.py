@@ -11,12 +11,12 @@ import unittest
 import torch
 import torch.distributed as dist
 
-from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, run_tests, worker
+from continuous_test import _role, MultiProcContinuousTest, MultiProcessTestCase, run_tests
 
 
 def check_forked_ahead(case):
     expected = case._testMethodName in os.environ.get("EXPECT_AHEAD", "").split(",")
-    context = worker.current()
+    context = _role.current()
     assert context is not None
     case.assertEqual(context.forked_ahead, expected, f"rank {context.rank} of {case._testMethodName}")
 
@@ -55,9 +55,9 @@ class FreshSparesLeftNothingTest(unittest.TestCase):
     """Runs right after FreshSpareTest, before any other rank starts."""
 
     def test_the_controller_holds_no_spare_and_no_unreaped_rank(self):
-        from continuous_test import ranks
+        from continuous_test.controller import processes
 
-        self.assertEqual((ranks.SPARES._ranks, ranks._RETIRED), ([], []))
+        self.assertEqual((processes.SPARES._ranks, processes._RETIRED), ([], []))
 
 
 class WorldAfterSparesTest(MultiProcContinuousTest):
@@ -101,7 +101,7 @@ def _children(pid):
 
 class ZzNothingLeftTest(unittest.TestCase):
     def test_template_has_no_children(self):
-        from continuous_test import template
+        from continuous_test.template import server as template
 
         pid = template.parent_pid()
         deadline = time.monotonic() + 10

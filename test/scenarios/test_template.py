@@ -4,7 +4,7 @@ import os
 import torch
 
 from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, run_tests
-from continuous_test import worker
+from continuous_test.rank import run as rank_run
 
 if os.environ.get("FAKE_CUDA_INIT_IN_TEMPLATE"):
     # Stands in for module-level code that initializes CUDA where the template imports it.
@@ -17,7 +17,7 @@ class TemplateContinuousTest(MultiProcContinuousTest):
     world_size = 2
 
     def test_template_cuda_flag(self):
-        self.assertEqual(worker.template_cuda_initialized(), EXPECTED)
+        self.assertEqual(rank_run.template_cuda_initialized(), EXPECTED)
 
     def test_ranks_are_not_children_of_the_controller(self):
         controller = int(os.environ["CONTROLLER_PID"])
@@ -29,7 +29,7 @@ class TemplateFreshTest(MultiProcessTestCase):
     world_size = 2
 
     def test_template_cuda_flag(self):
-        self.assertEqual(worker.template_cuda_initialized(), EXPECTED)
+        self.assertEqual(rank_run.template_cuda_initialized(), EXPECTED)
 
 
 if __name__ == "__main__":

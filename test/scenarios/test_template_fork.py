@@ -12,7 +12,8 @@ import unittest
 
 import torch
 
-from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, run_tests, template
+from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, run_tests
+from continuous_test.template import server as template
 
 
 def parallel_work():

@@ -1,0 +1,212 @@
+"""Rerun, then bisect: what kind of failure a failed test of a shared world is.
+
+How data flows (controller side only)::
+
+    case._dispatch ── verdict ──► after_test(world, test, verdict)
+                                     │ passed: remember it in the world's history
+                                     │ failed: diagnose(history, test)
+                                     ▼
+        fresh World(cls, n) ─ run [test] ─────────────► fails: "fails alone as well"
+                            ─ run history + [test] ───► passes: "flaky"
+                            ─ bisect: halves + [test] ► "fails only after test_a;
+                                                         passes alone and after the others"
+                                     │
+                                     ▼
+                          a note on the verdict's error (the verdict stays a failure)
+
+Every replay runs in a new world forked from the template, through the World's
+public API only (``start()``, ``run_test()``, ``stop()``), with the same
+environment, so the same shuffle seed and RNG seed.  The time spent is bounded
+per process by ``CONTINUOUS_TEST_BISECT`` (``--ct-bisect``) seconds, which also
+turns it off (``off`` or 0).  Under torchrun or srun tests never come here: the
+ranks cannot be re-forked.  A test that exceeded its time limit is not rerun:
+the rerun would wait as long again.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import replace
+from typing import Any, List, Optional, Sequence
+
+from continuous_test import config
+from continuous_test.controller import shuffle
+from continuous_test.controller.world import TestPlan, World
+from continuous_test.errors import RankTimeoutError
+from continuous_test.verdict.merge import Verdict
+from continuous_test.verdict.report import add_note
+
+__all__ = [
+    "after_test",
+    "diagnose",
+    "reset_budget",
+    "FAILS_ALONE",
+    "ORDER_DEPENDENT",
+    "FLAKY",
+    "FLAKY_FIRST",
+    "STOPPED",
+    "NOTE_HEADER",
+    "NOT_RERUN",
+]
+
+NOTE_HEADER = "continuous_test rerun and bisect ({worlds} fresh world(s), {seconds:.1f} s):"
+FAILS_ALONE = "  {test} fails alone as well: it failed again when rerun first in a fresh world."
+ORDER_DEPENDENT = "  {test} fails only after {culprits}; passes alone{others}."
+OTHERS = " and after the others ({n} more earlier test(s) of its world)"
+FLAKY = (
+    "  {test} is flaky: it passed when rerun alone in a fresh world, and again after the same "
+    "{n} earlier test(s) in the same order; the failure could not be reproduced."
+)
+FLAKY_FIRST = "  {test} is flaky: it passed when rerun alone in a fresh world (no test ran before it in its world)."
+STOPPED = "  rerun/bisect stopped: {why}. {found}"
+BUDGET_SPENT = "its time budget is spent (CONTINUOUS_TEST_BISECT={budget:g} seconds per run)"
+PREDECESSOR_FAILED = "{test}, an earlier test, failed during the replay"
+NOT_RERUN = "continuous_test: not rerun in a fresh world: it exceeded its time limit, and a rerun would wait as long again."
+START_FAILED = "a fresh world could not start ({error})"
+
+
+# The tests each live world ran since it started; a world that is restarted
+# (after any failure, fault or unrestorable leak) starts a new history.
+_HISTORY: "weakref.WeakKeyDictionary[World, List[TestPlan]]" = weakref.WeakKeyDictionary()
+# Per world: its start count when its history was last extended.
+_STARTS: "weakref.WeakKeyDictionary[World, int]" = weakref.WeakKeyDictionary()
+# Seconds spent on reruns and bisects in this process.
+_spent = 0.0
+
+
+class _Stop(Exception):
+    """A replay could not give an answer (budget, a predecessor failed, a start error)."""
+
+
+def reset_budget() -> None:
+    """Forget the time spent so far; tests of this module call it."""
+    global _spent
+    _spent = 0.0
+
+
+def after_test(world: World, plan: TestPlan, verdict: Verdict) -> Verdict:
+    """Record the test of ``plan`` in ``world``'s history; if it failed, add the diagnosis to ``verdict``."""
+    history = _HISTORY.setdefault(world, [])
+    starts = world.starts
+    if _STARTS.get(world) != starts:  # the ranks started again since: they ran none of it
+        history.clear()
+        _STARTS[world] = starts
+    if verdict.failed:
+        if not _timed_out(verdict):
+            note = diagnose(world.cls, world.settings, list(history), plan)
+        else:
+            note = NOT_RERUN if config.bisect_budget() > 0 else None
+        seed_line = shuffle.failure_line()
+        for text in (note, seed_line):
+            if text:
+                _add_note(verdict, text)
+    if verdict.restart_world:
+        history.clear()
+    else:
+        history.append(plan)
+    return verdict
+
+
+def diagnose(cls: type, settings: Any, history: Sequence[TestPlan], failed: TestPlan) -> Optional[str]:
+    """Rerun ``failed`` alone, then bisect ``history``; returns the report's text, or None when off."""
+    budget = config.bisect_budget()
+    if budget <= 0:
+        return None
+    replay = _Replayer(cls, settings, budget)
+    try:
+        lines = [_judge(replay, list(history), failed)]
+    except _Stop as stop:
+        lines = [STOPPED.format(why=stop, found=replay.found)]
+    header = NOTE_HEADER.format(worlds=replay.worlds, seconds=replay.seconds)
+    return "\n".join([header, *lines])
+
+
+def _judge(replay: "_Replayer", history: List[TestPlan], failed: TestPlan) -> str:
+    test = failed.short()
+    if replay.fails([failed]):
+        return FAILS_ALONE.format(test=test)
+    replay.found = "It passed when rerun alone in a fresh world."
+    if not history:
+        return FLAKY_FIRST.format(test=test)
+    if not replay.fails(history + [failed]):
+        return FLAKY.format(test=test, n=len(history))
+    culprits = _bisect(replay, history, failed)
+    others = [r for r in history if r not in culprits]
+    after_others = bool(others) and not replay.fails(others + [failed])
+    names = ", ".join(r.short() for r in culprits)
+    return ORDER_DEPENDENT.format(test=test, culprits=names,
+                                  others=OTHERS.format(n=len(others)) if after_others else "")
+
+
+def _bisect(replay: "_Replayer", candidates: List[TestPlan], failed: TestPlan) -> List[TestPlan]:
+    """The smallest set of earlier tests found after which ``failed`` still fails (halving)."""
+    while len(candidates) > 1:
+        half = len(candidates) // 2
+        first, second = candidates[:half], candidates[half:]
+        if replay.fails(first + [failed]):
+            candidates = first
+        elif replay.fails(second + [failed]):
+            candidates = second
+        else:
+            break  # it needs tests from both halves: report them all
+        names = ", ".join(r.short() for r in candidates)
+        replay.found = f"So far it fails after {names} (and passes alone)."
+    return candidates
+
+
+class _Replayer:
+    """Runs sequences of tests, each in a fresh world, within the run's time budget."""
+
+    def __init__(self, cls: type, settings: Any, budget: float) -> None:
+        self.cls, self.settings, self.budget = cls, settings, budget
+        self.worlds = 0
+        self.seconds = 0.0
+        self.found = ""
+
+    def fails(self, sequence: List[TestPlan]) -> bool:
+        """Run ``sequence`` in a fresh world; True if its last test failed."""
+        global _spent
+        left = self.budget - _spent
+        if left <= 0:
+            raise _Stop(BUDGET_SPENT.format(budget=self.budget))
+        started = time.monotonic()
+        world = World(self.cls, self.settings)
+        self.worlds += 1
+        try:
+            try:
+                world.start()
+            except Exception as exc:  # SkipTest included: no answer from this world
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise _Stop(START_FAILED.format(error=first)) from exc
+            return self._run(world, sequence, started + left)
+        finally:
+            world.stop()
+            took = time.monotonic() - started
+            _spent += took
+            self.seconds += took
+
+    def _run(self, world: Any, sequence: List[TestPlan], deadline: float) -> bool:
+        for index, ran in enumerate(sequence):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Stop(BUDGET_SPENT.format(budget=self.budget))
+            limit = min(ran.time_limit, left)
+            verdict = world.run_test(replace(ran, time_limit=limit))
+            if limit < ran.time_limit and isinstance(verdict.error, RankTimeoutError):
+                raise _Stop(BUDGET_SPENT.format(budget=self.budget))
+            if index < len(sequence) - 1 and (verdict.failed or verdict.restart_world):
+                raise _Stop(PREDECESSOR_FAILED.format(test=ran.short()))
+        return verdict.failed
+
+
+def _timed_out(verdict: Verdict) -> bool:
+    # A rerun of a test that exceeded its time limit would wait as long again.
+    return isinstance(verdict.error, RankTimeoutError)
+
+
+def _add_note(verdict: Verdict, note: str) -> None:
+    error = verdict.error
+    if error is None:  # only subtests failed: the first one carries the note
+        error = next((sub.error for _, sub in verdict.subtests if sub.error is not None), None)
+    if error is not None:
+        add_note(error, note)

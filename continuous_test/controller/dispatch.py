@@ -1,0 +1,102 @@
+"""The controller's one path from a test to its verdict, for test classes and ``@distributed`` functions.
+
+::
+
+    MultiProcContinuousTest.run ─► run(case, result) ─┐
+    @distributed function ─────► function_verdict ────┤
+                                                      ▼
+        plan(cls, method): settings checked, leak policy and time limit resolved, once
+                                                      │ (a bad value fails the test here, before anything is sent)
+                                                      ▼
+        world.start_world_for(cls) ─► World.run_test(plan, then=next plan) ─► bisect.after_test ─► Verdict
+
+A test class's verdict is raised inside unittest's own run of the test
+(:func:`continuous_test.verdict.replay.run_with`); a function's, inside pytest's
+call of it.  The test the runner runs next, when it is certain
+(:mod:`continuous_test.controller.ahead`), is planned here too, so that the world
+can send it as soon as every rank passed plainly.
+"""
+from __future__ import annotations
+
+import unittest
+from typing import Callable, Dict, Optional
+
+from continuous_test import config
+from continuous_test.controller import ahead, bisect, progress, world
+from continuous_test.controller.world import TestPlan
+from continuous_test.errors import ConfigError
+from continuous_test.verdict import replay
+from continuous_test.verdict.merge import Verdict
+from continuous_test.wire.env import ENV_AHEAD
+
+__all__ = ["run", "function_verdict", "plan", "stop_class"]
+
+
+def plan(cls: type, method: str, test_id: str, kwargs: Optional[dict] = None) -> TestPlan:
+    """Resolve one test's own settings; raises ConfigError naming a bad one."""
+    function = getattr(cls, method, None)
+    return TestPlan(method, test_id, config.test_time_limit(cls, function), config.leak_policy(cls, function), kwargs)
+
+
+def _run_settings() -> bool:
+    """Check the settings of the run that every test reads (raises ConfigError); whether sending ahead is on."""
+    switches = config.check_switches()
+    progress.heartbeat_seconds()
+    return bool(switches[ENV_AHEAD])
+
+
+def run(case: unittest.TestCase, result: Optional[unittest.TestResult]) -> Optional[unittest.TestResult]:
+    """Run ``case`` in its class's shared world and record its verdict in ``result``."""
+    progress.observe(result)
+    cls, method = type(case), case._testMethodName
+    planned: Optional[TestPlan] = None
+    error: Optional[ConfigError] = None
+    following: Optional[str] = None
+    try:
+        planned = plan(cls, method, replay.short_id(case))
+        if _run_settings():
+            following = ahead.next_test(case)
+    except ConfigError as exc:  # raised inside the test, so that the runner reports it as the test's error
+        planned, error = None, exc
+    return replay.run_with(case, result, lambda: _verdict(cls, planned, error, following))
+
+
+def _verdict(cls: type, planned: Optional[TestPlan], error: Optional[ConfigError], following: Optional[str]) -> Verdict:
+    if planned is None:
+        assert error is not None
+        raise error
+    return _run_in_world(cls, planned, _next_plan(cls, following))
+
+
+def function_verdict(cls: type, name: str, test_id: str, kwargs: Dict[str, object]) -> Verdict:
+    """The verdict of one call of a ``@distributed`` function, run as method ``name`` of its hidden class."""
+    planned = plan(cls, name, test_id, kwargs)
+    _run_settings()
+    return _run_in_world(cls, planned)
+
+
+def _run_in_world(cls: type, planned: TestPlan, then: Optional[Callable[[], Optional[TestPlan]]] = None) -> Verdict:
+    started = world.start_world_for(cls)
+    verdict = started.run_test(planned, then=then)
+    return bisect.after_test(started, planned, verdict)
+
+
+def _next_plan(cls: type, following: Optional[str]) -> Optional[Callable[[], Optional[TestPlan]]]:
+    """What the world may send ahead once every rank passed: the next test's plan, or None."""
+    if following is None:
+        return None
+
+    def next_plan() -> Optional[TestPlan]:
+        if getattr(cls, following, None) is None:
+            return None
+        try:
+            return plan(cls, following, f"{cls.__qualname__}.{following}")
+        except ConfigError:  # the next test's own error, reported when it runs: not sent ahead
+            return None
+
+    return next_plan
+
+
+def stop_class(cls: type) -> None:
+    """Stop the shared world of ``cls``, if it has one; raises RankDiedError if a rank died outside a test."""
+    world.stop_world(cls)

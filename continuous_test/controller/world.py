@@ -1,0 +1,471 @@
+"""A shared world: one persistent set of rank processes per test class, and the registry of worlds.
+
+Lifecycle of a :class:`World` (the controller's package docstring draws it with
+the other ways ranks start)::
+
+    NEW ──start()──► READY ──run_test()──► READY ──stop()──► STOPPED
+              │        ▲         │
+              │        │         ├─ fault or failed test ─► BROKEN (ranks killed)
+              │        │         │                            │ next run_test(): start() again
+              │        └─────────┴─ a rank died between tests: reported, start() again
+              └─ a rank cannot import the class / join ─► WorldStartError (or SkipTest)
+
+A death between two tests (a thread the earlier test left behind, say) or after
+the last test is not blamed on any test: the next test runs in a restarted world,
+and :func:`stop_world` (``tearDownClass``) raises :class:`RankDiedError` naming
+the rank, how it ended and the test after which it happened, so the run fails.
+
+Sending ahead (:mod:`continuous_test.controller.ahead`): when every rank passed
+test *k* plainly and the runner's next test *k + 1* of this class is known,
+``run_test(k)`` sends *k + 1* right after the wait, before merging *k*::
+
+    run_test(k): send k ─ wait (all TestDone k) ─ send k+1 ─ merge k ─► verdict k
+    run_test(k+1):                         (no send) ─ wait (all TestDone k+1) ─ ...
+    run_test(j), j != k+1, or stop():  k+1 is stopped with the world (killed), start() again
+
+A rank that dies once *k + 1* was sent fails *k + 1*, not "between tests".
+Worlds are kept in a registry keyed by test class (never on the class itself)
+and all are stopped at interpreter exit.
+"""
+from __future__ import annotations
+
+import atexit
+import enum
+import pickle
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+
+from continuous_test import config
+from continuous_test.controller import progress
+from continuous_test.controller.processes import RankProcess, kill_ranks, start_ranks
+from continuous_test.controller.watch import Goal, Waited, Watch
+from continuous_test.errors import ProtocolError, RankDiedError, WorldStartError
+from continuous_test.template import server as template
+from continuous_test.verdict import timeline
+from continuous_test.verdict.merge import Verdict, merge
+from continuous_test.verdict.text import prefix_lines
+from continuous_test.wire import messages
+from continuous_test.wire.messages import InitFailed, Ready, RunTest, Shutdown, Stacks, TestDone
+from continuous_test.wire.outcome import FaultKind, RankFault, RankOutcome, exit_description
+
+__all__ = [
+    "World",
+    "TestPlan",
+    "WorldState",
+    "LateDeath",
+    "world_for",
+    "start_world_for",
+    "stop_world",
+    "stop_all",
+]
+
+RESTART_NOTE = "(the world of {n} ranks is restarted before the next test)"
+START_FAILED = "{cls}: rank {rank} could not join the world of {world_size}: {error}"
+START_DIED = "{cls}: rank {rank} {how} while starting the world of {world_size}"
+START_TIMEOUT = (
+    "{cls}: rank(s) {ranks} did not join the world of {world_size} within {seconds:g} s "
+    "(set start_timeout on the class or CONTINUOUS_TEST_START_TIMEOUT to wait longer)"
+)
+DIED_BETWEEN = "rank {rank} of {cls} died with {how} after {test}, before the next test"
+DIED_AFTER_LAST = "rank {rank} of {cls} died with {how} after {test}, the last test of the class"
+DIED_BETWEEN_NOTE = "continuous_test: {what}; the world is restarted and the run will fail"
+NOT_STOPPED = "continuous_test: rank(s) {ranks} of {cls} did not stop within {seconds:g} s and were killed"
+WRONG_STATE = "{cls}: World.{action}() needs a {wanted} world, but it is {state}"
+
+
+class WorldState(enum.Enum):
+    """Where a :class:`World` is in its lifecycle."""
+
+    NEW = "new"
+    READY = "ready"
+    BROKEN = "broken"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class LateDeath:
+    """A rank that died outside any test: after ``test`` returned, before the next (or the end)."""
+
+    rank: int
+    exitcode: Optional[int]
+    test: str
+    last: bool = False
+
+    def describe(self, cls: type) -> str:
+        """The sentence that reports it."""
+        text = DIED_AFTER_LAST if self.last else DIED_BETWEEN
+        return text.format(rank=self.rank, cls=cls.__qualname__, how=exit_description(self.exitcode), test=self.test)
+
+
+@dataclass(frozen=True)
+class TestPlan:
+    """One test as the controller sends it: resolved once, before anything is sent."""
+
+    __test__ = False  # not a pytest test class
+
+    method: str
+    # ``Class.test_method`` (with its arguments, for a parametrized function): what reports name.
+    test_id: str
+    time_limit: float
+    leak_policy: str
+    # Arguments of a @distributed function's call; None for unittest methods.
+    kwargs: Optional[dict] = None
+
+    def short(self) -> str:
+        """The test's name without its class, as the rerun-and-bisect note names it."""
+        return self.test_id.rsplit(".", 1)[-1]
+
+
+class World:
+    """A persistent world of ranks for one test class; see the module docstring."""
+
+    def __init__(self, cls: type, settings: config.ClassSettings) -> None:
+        self.cls = cls
+        self.settings = settings
+        self.world_size = settings.world_size
+        self.grace = settings.grace
+        self.start_timeout = settings.start_timeout
+        self.shutdown_timeout = settings.shutdown_timeout
+        self.state = WorldState.NEW
+        self.ranks: List[RankProcess] = []
+        # The world's private directory (rendezvous and log files), below the controller's.
+        self.dir: Optional[str] = None
+        # Sequence number of the last RunTest, and the test it ran.
+        self._seq = 0
+        self._last_test: Optional[str] = None
+        # Set when a rank's default group changed: the next RunTest asks every rank
+        # for a fresh group, on a rendezvous file of this generation.
+        self._reinit: Optional[int] = None
+        self._reinit_count = 0
+        # The error of a failed start, repeated for every later test of the class.
+        self.start_error: Optional[BaseException] = None
+        # Ranks that died outside any test, reported when the world stops.
+        self.late_deaths: List[LateDeath] = []
+        self._watch: Optional[Watch] = None
+        # The test sent ahead (continuous_test.controller.ahead): (method, (sequence number, send time)), until run_test takes it.
+        self._ahead: Optional[Tuple[TestPlan, Tuple[int, float]]] = None
+        self.sent_ahead = 0  # how many tests were sent ahead (test_ahead's scenarios read it)
+        self.starts = 0  # how many times the ranks were started (bisect's history is per start)
+
+    def _require(self, action: str, *wanted: WorldState) -> None:
+        if self.state not in wanted:
+            raise RuntimeError(WRONG_STATE.format(cls=self.cls.__qualname__, action=action,
+                                                  wanted=" or ".join(w.value for w in wanted), state=self.state.value))
+
+    # -- starting -----------------------------------------------------------------
+
+    def ensure_started(self) -> None:
+        """Start the world unless it is READY; the test case calls this before each test."""
+        if self.state is WorldState.READY:
+            return
+        self.stop(graceful=False)
+        self.start()
+
+    def start(self) -> None:
+        """Start all ranks and wait until each joined the process group."""
+        self._require("start", WorldState.NEW, WorldState.STOPPED, WorldState.BROKEN)
+        self.dir = tempfile.mkdtemp(prefix=f"world-{self.cls.__name__}-", dir=template.private_dir())
+        self._reinit = None
+        self.starts += 1
+        try:
+            self.ranks = start_ranks(self.cls, self.settings, self.dir)
+            self._watch = Watch(self.ranks)
+            self._await_ready()
+        except BaseException:
+            self._discard()
+            raise
+        self.state = WorldState.READY
+
+    def _await_ready(self) -> None:
+        assert self._watch is not None
+        goal = Goal(replies=(Ready, InitFailed), deadline=time.monotonic() + self.start_timeout, fail_fast=True)
+        waited = self._watch.wait(goal)
+        for rank, message in sorted(waited.replies.items()):
+            if isinstance(message, InitFailed):
+                self._start_failed(message, self.ranks[rank])
+        for fault in waited.faults:
+            if fault.kind is not FaultKind.TIMED_OUT:
+                self._start_died(self.ranks[fault.rank])
+        if waited.faults:
+            self._start_timed_out(sorted(f.rank for f in waited.faults), {f.rank: f.stacks or "" for f in waited.faults})
+
+    def _start_failed(self, message: InitFailed, handle: RankProcess) -> NoReturn:
+        output = handle.read_output()
+        if message.skip_reason is not None:
+            import unittest
+
+            raise unittest.SkipTest(message.skip_reason)
+        error = message.error
+        text = START_FAILED.format(cls=self.cls.__qualname__, rank=handle.rank,
+                                   world_size=self.world_size, error=error.headline())
+        raise WorldStartError(_with_details(text, error.traceback, handle.rank, output))
+
+    def _start_died(self, handle: RankProcess) -> NoReturn:
+        text = START_DIED.format(cls=self.cls.__qualname__, rank=handle.rank, world_size=self.world_size,
+                                 how="died with " + exit_description(handle.exitcode()))
+        raise WorldStartError(_with_details(text, None, handle.rank, handle.read_output()))
+
+    def _start_timed_out(self, missing: List[int], stacks: Dict[int, str]) -> NoReturn:
+        text = START_TIMEOUT.format(cls=self.cls.__qualname__, ranks=", ".join(map(str, missing)),
+                                    world_size=self.world_size, seconds=self.start_timeout)
+        for rank, stack in sorted(stacks.items()):
+            text += f"\nrank {rank} stacks:\n{stack}"
+        raise WorldStartError(text)
+
+    # -- running tests ------------------------------------------------------------
+
+    def run_test(self, plan: TestPlan, then: Optional[Callable[[], Optional[TestPlan]]] = None) -> Verdict:
+        """Run one test on every rank and merge the outcomes into a verdict.
+
+        ``then`` gives the plan of the test the runner runs next, or None; when every
+        rank passed plainly it is sent before the merge
+        (:mod:`continuous_test.controller.ahead`), and the next ``run_test`` only waits for it.
+        """
+        sent = self._ahead_sent(plan)
+        if sent is None:
+            self._restart_after_late_deaths()
+            self._require("run_test", WorldState.READY)
+            sent = self._send_test(plan)
+        seq, sent_at = sent
+        assert self._watch is not None
+        test_id, time_limit = plan.test_id, plan.time_limit
+        self._last_test = test_id
+        # The time limit counts from the send: a test sent ahead has run since then.
+        goal = Goal(replies=(TestDone,), seq=seq, deadline=sent_at + time_limit, grace=self.grace,
+                    progress=progress.for_test(test_id, time_limit, self.ranks, sent_at))
+        try:
+            waited = self._watch.wait(goal)
+        except (KeyboardInterrupt, ProtocolError):
+            self._discard()
+            raise
+        outputs = {h.rank: h.read_output() for h in self.ranks}
+        if then is not None and self._all_passed_plainly(waited):
+            following = then()
+            if following is not None:
+                self._ahead = (following, self._send_test(following))
+                self.sent_ahead += 1
+        outcomes: Dict[int, RankOutcome] = {r: m.full_outcome() for r, m in waited.replies.items()}
+        verdict = merge(test_id, self.world_size, outcomes, waited.faults, outputs,
+                        grace=self.grace, time_limit=time_limit, note=RESTART_NOTE.format(n=self.world_size),
+                        timeline=self._timeline(waited.faults))
+        self._after_test(waited, verdict, outcomes, outputs)
+        return verdict
+
+    def _send_test(self, plan: TestPlan) -> Tuple[int, float]:
+        """Send the test of ``plan`` to every rank; returns its sequence number and when it was sent."""
+        sent_at = time.monotonic()
+        self._seq += 1
+        message = RunTest(plan.method, self._seq, self._reinit, plan.kwargs, plan.leak_policy)
+        payload = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        try:
+            for handle in self.ranks:
+                handle.mark_output()
+            for handle in self.ranks:  # nothing else in this loop: a woken rank may preempt the controller
+                _send_bytes(handle, payload)  # pickled once for every rank
+        except KeyboardInterrupt:
+            self._discard()
+            raise
+        self._reinit = None
+        return self._seq, sent_at
+
+    def _all_passed_plainly(self, waited: Waited) -> bool:
+        """Every rank passed with nothing to report (no leak, no group change): the next test may go ahead."""
+        return (self.state is WorldState.READY and not waited.faults and not waited.died_after_reply
+                and len(waited.replies) == self.world_size and self._reinit is None
+                and all(m.is_plain_pass() for m in waited.replies.values()))
+
+    def _ahead_sent(self, plan: TestPlan) -> Optional[Tuple[int, float]]:
+        """The sequence number and send time of ``plan``'s test if it was sent ahead; a different test sent ahead is stopped.
+
+        A death since the last test is then the running test's fault, not a
+        death between tests: the rank was already in it.
+        """
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        if ahead[0] == plan and plan.kwargs is None and self.state is WorldState.READY:
+            return ahead[1]
+        # The runner did not run the test sent ahead: stop it with its world.
+        self._discard()
+        self.start()
+        return None
+
+    def _restart_after_late_deaths(self) -> None:
+        """Before a test: a rank that died since the last one is reported, and the world restarted."""
+        if self.state is not WorldState.READY or self._watch is None:
+            return
+        deaths = self._watch.deaths()
+        if deaths:
+            self._record_late_deaths(deaths)
+            self._discard()
+            self.start()
+
+    def _record_late_deaths(self, deaths: Dict[int, Optional[int]], last: bool = False) -> None:
+        for rank, code in sorted(deaths.items()):
+            death = LateDeath(rank, code, self._last_test or "the world started", last)
+            self.late_deaths.append(death)
+            sys.stderr.write(DIED_BETWEEN_NOTE.format(what=death.describe(self.cls)) + "\n")
+
+    def _timeline(self, faults: Sequence[RankFault]) -> Any:
+        """Builds the collective timeline from the ranks' records files, when a report needs it."""
+        dead = [f.rank for f in faults if f.kind in (FaultKind.DIED, FaultKind.TEMPLATE_DIED)]
+        world_dir, ranks = self.dir, range(self.world_size)
+        return timeline.lazy(lambda: timeline.for_world(world_dir, ranks, dead))
+
+    def _after_test(self, waited: Waited, verdict: Verdict, outcomes: Dict[int, RankOutcome],
+                    outputs: Dict[int, str]) -> None:
+        if waited.died_after_reply:
+            self._record_late_deaths(waited.died_after_reply)
+        if verdict.restart_world or waited.died_after_reply:
+            # The world is discarded: killing is as clean as a graceful shutdown
+            # (the ranks hold nothing else) and never waits on a broken group.
+            self._discard()
+        elif any(o.group_changed for o in outcomes.values()):
+            self._reinit_count += 1
+            self._reinit = self._reinit_count
+        if not verdict.failed and not progress.live_output():  # shown live already
+            _forward_output(outputs)
+
+    # -- stopping -----------------------------------------------------------------
+
+    def stop(self, graceful: bool = True) -> List[LateDeath]:
+        """Stop every rank (bounded), remove the world's files, and return the late deaths; safe twice."""
+        if self._ahead is not None:  # a test sent ahead that the runner did not run: stopped, not awaited
+            self._ahead, graceful = None, False
+        if self.ranks and graceful and self.state is WorldState.READY:
+            self._shutdown_gracefully()
+        self._discard()
+        self.state = WorldState.STOPPED
+        deaths, self.late_deaths = self.late_deaths, []
+        return deaths
+
+    def _discard(self) -> None:
+        """Kill the ranks and remove the world's files; the world is BROKEN until it starts again."""
+        self._ahead = None
+        self._kill()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        self.state = WorldState.BROKEN
+
+    def _kill(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        kill_ranks(self.ranks)
+        self.ranks = []
+
+    def _shutdown_gracefully(self) -> None:
+        assert self._watch is not None
+        dead = self._watch.deaths()
+        if dead:
+            self._record_late_deaths(dead, last=True)
+        for handle in self.ranks:
+            try:
+                messages.send(handle.conn, Shutdown())
+            except OSError:
+                pass
+        waited = self._watch.wait(Goal(replies=(), accepts=(Stacks,), deadline=time.monotonic() + self.shutdown_timeout,
+                                       until_exit=True))
+        failed = {r: c for r, c in waited.exits.items() if c != 0 and r not in dead}
+        if failed:
+            self._record_late_deaths(failed, last=True)
+        if waited.faults:
+            sys.stderr.write(NOT_STOPPED.format(ranks=", ".join(str(f.rank) for f in waited.faults),
+                                                cls=self.cls.__qualname__, seconds=self.shutdown_timeout) + "\n")
+
+
+def _send_bytes(handle: RankProcess, payload: bytes) -> None:
+    try:
+        handle.conn.send_bytes(payload)
+    except OSError:
+        # The rank died just now; its sentinel reports it in the wait that follows.
+        pass
+
+
+def _forward_output(outputs: Dict[int, str]) -> None:
+    # Output of passing tests goes to the controller's stderr, where the runner's
+    # own capture (pytest's, or unittest's -b) decides whether it is shown.
+    for rank, text in sorted(outputs.items()):
+        if text:
+            sys.stderr.write(prefix_lines(rank, text))
+
+
+def _with_details(text: str, tb: Optional[str], rank: int, output: str) -> str:
+    if tb:
+        text += f"\n[rank {rank}] {tb.rstrip()}"
+    if output.strip():
+        text += "\n" + prefix_lines(rank, output).rstrip("\n")
+    return text
+
+
+# -- registry -----------------------------------------------------------------------
+
+_WORLDS: Dict[type, World] = {}
+
+
+def world_for(cls: type, settings: config.ClassSettings) -> World:
+    """The world of ``cls``, created on first use; the test case calls this."""
+    world = _WORLDS.get(cls)
+    if world is None or world.settings != settings:
+        if world is not None:
+            world.stop()
+        world = _WORLDS[cls] = World(cls, settings)
+    return world
+
+
+def start_world_for(cls: type) -> World:
+    """Check ``cls``'s configuration and return its started world; called before each test.
+
+    A world that failed to start is not retried for the rest of the class: every
+    later test reports the same error (or skip) at once.
+    """
+    world = _WORLDS.get(cls)
+    if world is not None and world.state is WorldState.READY:
+        return world  # checked when it started
+    world = world_for(cls, config.resolve(cls))
+    if world.start_error is not None:
+        raise _again(world.start_error, cls)
+    try:
+        world.ensure_started()
+    except Exception as exc:  # SkipTest included
+        world.start_error = exc
+        raise
+    return world
+
+
+NOT_RETRIED = "(the world of {cls} failed to start for an earlier test and is not retried)"
+
+
+def _again(error: BaseException, cls: type) -> BaseException:
+    import unittest
+
+    if isinstance(error, unittest.SkipTest):
+        return unittest.SkipTest(*error.args)
+    copy = type(error)(f"{error}\n{NOT_RETRIED.format(cls=cls.__qualname__)}")
+    copy.__cause__ = error.__cause__
+    return copy
+
+
+def stop_world(cls: type) -> None:
+    """Stop the world of ``cls``; ``tearDownClass`` calls this, and it fails if a rank died outside a test."""
+    world = _WORLDS.pop(cls, None)
+    if world is None:
+        return
+    deaths = world.stop()
+    if deaths:
+        raise RankDiedError("\n".join(d.describe(cls) for d in deaths))
+
+
+@atexit.register
+def stop_all() -> None:
+    """Stop every world; runs at interpreter exit so no rank outlives the controller."""
+    for cls in list(_WORLDS):
+        try:
+            stop_world(cls)
+        except RankDiedError as exc:
+            sys.stderr.write(f"continuous_test: {exc}\n")

@@ -1,0 +1,257 @@
+"""Running tests in place when an external launcher (torchrun, srun) started the ranks.
+
+Each launched process is one rank.  It reaches the launcher's store once (torchrun's
+agent store, or a store that rank 0 hosts under srun), joins the default process
+group on it, and runs every test itself::
+
+    launcher ──> rank r: connect to the store (run-scoped keys) ── await every rank
+                   │
+                   ├─ MultiProcContinuousTest test N:  run ── publish outcome ── read all ── merge
+                   │      failed anywhere: abandon the default group, rendezvous a new one
+                   │      a rank timed out or vanished: skip the rest, naming test N
+                   │
+                   └─ MultiProcessTestCase test N:  rank 0 runs it with fresh forked ranks
+                          and publishes the verdict; the other ranks replay it
+
+Outcomes travel through the store, never through the process group, which the
+test may have broken.  The exchange after each test is also the barrier that
+brings every rank to a known point, from which a broken default group can be
+replaced: a new group on new keys, while the old one is abandoned (shutting down
+a broken gloo group can hang).  Every key lives under the launch's ``run_id``
+(:mod:`continuous_test.launched.detect`), so a rank that reached another run's store never
+joins that run's world.
+
+A per-test time limit runs on each rank.  When it expires the rank prints which test
+it was running and the stacks of all its threads, publishes that it timed out (so
+its peers stop waiting and report it), prints the errors its peers have published
+for the test (so a failing rank's error is seen even when the reporting rank 0 is
+the one that times out), then exits non-zero, so the launcher ends the job.
+
+Every wait is bounded: the store connection and the arrival of every rank by the
+start timeout, the exchange by the time limit plus a margin, a group's rendezvous by
+the start timeout, and the steps of an expired time limit by the grace period and
+the shutdown timeout.
+"""
+from __future__ import annotations
+
+import pickle
+import unittest
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from continuous_test import config
+from continuous_test.errors import RendezvousError
+from continuous_test.launched.detect import Launch
+from continuous_test.launched.join import WORLD_BROKEN, Joined, connect, group_intact, join, rebuild
+from continuous_test.launched.time_limit import TimeLimit
+from continuous_test.rank import recorder, run as rank_run
+from continuous_test.verdict import replay, timeline
+from continuous_test.verdict.merge import Status, Verdict, merge
+from continuous_test.wire import records
+from continuous_test.wire.outcome import FaultKind, RankFault, RankOutcome
+
+__all__ = [
+    "run_in_place",
+    "run_case_in_place",
+    "run_fresh_once",
+    "WORLD_SIZE_MISMATCH",
+    "FRESH_FAILED",
+]
+
+WORLD_SIZE_MISMATCH = (
+    "{cls} needs world_size={needed} but the launcher started WORLD_SIZE={launched} ranks; "
+    "launch it with {hint} giving {needed} ranks, or run it without a launcher"
+)
+# Hide this module's frames from unittest tracebacks: its errors speak for themselves.
+__unittest = True
+STOPPED_NOTE = "(the launched world cannot continue: every later test of this launch is skipped)"
+FRESH_FAILED = (
+    "{test} failed in the fresh ranks that launcher rank 0 started for it; "
+    "rank 0's report has the ranks' errors"
+)
+FRESH_NO_VERDICT = "launcher rank 0 published no verdict for {test} within {seconds:g} s"
+EXCHANGE_MARGIN = 60.0
+
+
+# -- MultiProcContinuousTest: run on every rank, exchange, merge -------------------------
+
+
+def run_in_place(case: unittest.TestCase, result, launch: Launch):
+    """Run ``case`` on this rank and record the verdict merged across all ranks."""
+    return replay.run_with(case, result, lambda: run_case_in_place(case, launch, replay.short_id(case)))
+
+
+def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Verdict:
+    """Run one test on this launched rank; return the verdict merged across all ranks."""
+    cls = type(case)
+    needed = config.resolve(cls, check_importable=False).world_size
+    if needed != launch.world_size:
+        raise unittest.SkipTest(WORLD_SIZE_MISMATCH.format(cls=cls.__qualname__, needed=needed,
+                                                           launched=launch.world_size, hint=launch.hint))
+    joined = join(cls, launch)
+    joined.seq += 1
+    if joined.broken:
+        raise unittest.SkipTest(joined.broken)
+    setattr(case, "rank", launch.rank)
+    method = getattr(case, case._testMethodName)
+    config.check_switches()
+    limit, policy = config.test_time_limit(cls, method), config.leak_policy(cls, method)
+    key = _test_key(joined, test)
+    recorder.open_ring(None, launch.rank)
+    with TimeLimit(launch, key, test, limit, config.grace_period(cls), config.shutdown_timeout(cls)):
+        outcome = rank_run.run_case(case, launch.rank, policy)
+    outcome.records = recorder.snapshot()
+    outcomes, faults = _exchange(joined, key, outcome, launch, limit)
+    calls = timeline.lazy(lambda: timeline.build({r: records.parse(getattr(outcomes.get(r), "records", None) or b"")
+                                                    if r in outcomes else None for r in range(launch.world_size)}))
+    verdict = merge(test, launch.world_size, outcomes, faults, time_limit=limit,
+                    note=STOPPED_NOTE if faults else None, timeline=calls)
+    _after_test(cls, joined, launch, test, verdict, faults)
+    return verdict
+
+
+def _after_test(cls, joined: Joined, launch: Launch, test: str, verdict: Verdict, faults: List[RankFault]) -> None:
+    if faults:
+        # A rank that timed out or vanished will not run another test: nothing can continue.
+        why = "; ".join(f"rank {f.rank} {_fault_words(f)}" for f in faults)
+        joined.broken = WORLD_BROKEN.format(test=test, why=why)
+    elif verdict.restart_world or not group_intact(joined):
+        rebuild(cls, joined, launch, test)
+
+
+def _fault_words(fault: RankFault) -> str:
+    return "timed out" if fault.kind is FaultKind.TIMED_OUT else "never reported"
+
+
+def _exchange(joined: Joined, key: str, outcome: RankOutcome, launch: Launch, limit: float):
+    """Publish this rank's outcome and read every rank's; this is also the per-test barrier."""
+    import torch.distributed as dist
+
+    store = dist.PrefixStore(key, joined.store)
+    store.set(str(launch.rank), pickle.dumps(outcome))  # type: ignore[arg-type]  # bytes are fine; the stub says str
+    # Each peer publishes within its own time limit (an expired one publishes its
+    # timeout), so this bound is only reached by a rank that vanished.
+    store.set_timeout(timedelta(seconds=limit + EXCHANGE_MARGIN))
+    outcomes: Dict[int, RankOutcome] = {}
+    faults: List[RankFault] = []
+    for rank in range(launch.world_size):
+        if rank == launch.rank:
+            outcomes[rank] = outcome
+            continue
+        try:
+            value = pickle.loads(store.get(str(rank)))
+        except Exception:  # the store timed out: that rank hung or died
+            faults.append(RankFault(rank, FaultKind.NO_REPORT))
+            continue
+        if isinstance(value, RankFault):
+            faults.append(value)
+        else:
+            outcomes[rank] = value
+    return outcomes, faults
+
+
+def _test_key(joined: Joined, test: str) -> str:
+    return f"test/{joined.seq}/{test}"
+
+
+# -- MultiProcessTestCase: once per launch ------------------------------------------------
+
+
+def run_fresh_once(case: unittest.TestCase, result, launch: Launch,
+                   run: Callable[[Any], Any]) -> Any:
+    """Run a MultiProcessTestCase test once per launch; its ``run`` calls this under a launcher.
+
+    Launcher rank 0 runs it as without a launcher (``run``: fresh forked ranks) and
+    publishes the verdict in the store; the other launcher ranks replay that verdict.
+    """
+    test = replay.short_id(case)
+    if launch.rank != 0:
+        return replay.run_with(case, result, lambda: _fresh_verdict(case, launch, test))
+    if _decorated_skip(case):
+        return run(result)  # unittest records the skip; no rank counts this test
+    try:
+        joined = connect(type(case), launch)
+    except Exception as exc:
+        error = exc
+        return replay.run_with(case, result, lambda: _raise(error))
+    joined.seq += 1
+    if joined.broken:
+        reason = joined.broken
+        return replay.run_with(case, result, lambda: _raise(unittest.SkipTest(reason)))
+    own = result if result is not None else case.defaultTestResult()
+    recorder = _Recorder(own)
+    try:
+        run(recorder)
+    finally:
+        joined.store.set(_test_key(joined, test) + "/verdict", pickle.dumps(recorder.status))
+    return own
+
+
+def _fresh_verdict(case: unittest.TestCase, launch: Launch, test: str) -> Verdict:
+    cls = type(case)
+    joined = connect(cls, launch)
+    joined.seq += 1
+    if joined.broken:
+        raise unittest.SkipTest(joined.broken)
+    method = getattr(cls, case._testMethodName)
+    seconds = (config.test_time_limit(cls, method) + config.grace_period(cls) + config.start_timeout(cls)
+               + config.shutdown_timeout(cls) + EXCHANGE_MARGIN)
+    joined.store.set_timeout(timedelta(seconds=seconds))
+    try:
+        status, reason = pickle.loads(joined.store.get(_test_key(joined, test) + "/verdict"))
+    except Exception as exc:
+        raise RendezvousError(FRESH_NO_VERDICT.format(test=test, seconds=seconds)) from exc
+    if status is Status.FAIL:
+        return Verdict(Status.FAIL, error=RuntimeError(FRESH_FAILED.format(test=test)))
+    return Verdict(status, skip_reason=reason)
+
+
+def _decorated_skip(case: unittest.TestCase) -> bool:
+    method = getattr(case, case._testMethodName)
+    return bool(getattr(type(case), "__unittest_skip__", False) or getattr(method, "__unittest_skip__", False))
+
+
+def _raise(error: BaseException) -> Verdict:
+    raise error
+
+
+class _Recorder:
+    """A result that forwards to the real one and remembers the test's status, to publish it."""
+
+    def __init__(self, result: Any) -> None:
+        self._result = result
+        self.status: Tuple[Status, Optional[str]] = (Status.PASS, None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._result, name)
+
+    def _failed(self) -> None:
+        self.status = (Status.FAIL, None)
+
+    def addFailure(self, test, err) -> None:  # noqa: N802 - unittest's names
+        self._failed()
+        self._result.addFailure(test, err)
+
+    def addError(self, test, err) -> None:  # noqa: N802
+        self._failed()
+        self._result.addError(test, err)
+
+    def addUnexpectedSuccess(self, test) -> None:  # noqa: N802
+        self._failed()
+        self._result.addUnexpectedSuccess(test)
+
+    def addSubTest(self, test, subtest, err) -> None:  # noqa: N802
+        if err is not None:
+            self._failed()
+        self._result.addSubTest(test, subtest, err)
+
+    def addSkip(self, test, reason) -> None:  # noqa: N802
+        if self.status[0] is Status.PASS:
+            self.status = (Status.SKIP, reason)
+        self._result.addSkip(test, reason)
+
+
+# -- joining ------------------------------------------------------------------------------
+
+
+# -- the per-test time limit ------------------------------------------------------------

@@ -1,0 +1,140 @@
+"""The per-test time limit of a launched rank: report what it can, then end the rank.
+
+When a test outlives its limit, the rank prints which test it was running and the
+stacks of all its threads, prints the errors its peers published and the
+collective timeline, publishes that it timed out (so its peers stop waiting and
+report it), then exits with :data:`EXIT_TIME_LIMIT`, so the launcher ends the job.
+A faulthandler backstop ends a rank whose main thread holds the GIL for good.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import sys
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Dict, Optional
+
+from continuous_test.launched.detect import Launch
+from continuous_test.launched.join import STORE_PREFIX
+from continuous_test.rank import recorder
+from continuous_test.rank.run import format_stacks
+from continuous_test.verdict import timeline
+from continuous_test.wire import records
+from continuous_test.wire.outcome import FaultKind, RankFault, RankOutcome
+
+
+TIME_LIMIT_EXCEEDED = (
+    "continuous_test: {test} exceeded its time limit of {limit:g} s on rank {rank}; "
+    "stacks of all threads follow, then this rank exits with code {code}"
+)
+PEER_ERROR = "continuous_test: rank {rank} had already failed {test} (rank {me} timed out):\n{error}"
+PEER_MISSING = "continuous_test: rank {rank} had not finished {test} either"
+EXIT_TIME_LIMIT = 75
+
+
+# How long a rank whose time limit expired waits for its peers' collective records.
+TIMELINE_WAIT = 2.0
+BACKSTOP_MARGIN = 5.0
+
+
+class TimeLimit:
+    """Context manager: if the test outlives ``limit``, report (see the module docstring) and exit."""
+
+    def __init__(self, launch: Launch, key: str, test: str, limit: float, grace: float, report_wait: float) -> None:
+        self.launch, self.key, self.test, self.limit = launch, key, test, limit
+        self.grace, self.report_wait = grace, report_wait
+        self.timer = threading.Timer(limit, self._expired)
+        self.timer.daemon = True
+
+    def __enter__(self) -> "TimeLimit":
+        self.timer.start()
+        # Backstop for a main thread that holds the GIL forever.
+        faulthandler.dump_traceback_later(self.limit + self.grace + self.report_wait + BACKSTOP_MARGIN, exit=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+        faulthandler.cancel_dump_traceback_later()
+
+    def _expired(self) -> None:
+        rank = self.launch.rank
+        print(TIME_LIMIT_EXCEEDED.format(test=self.test, limit=self.limit, rank=rank, code=EXIT_TIME_LIMIT),
+              file=sys.stderr, flush=True)
+        stacks = format_stacks()
+        print(stacks, file=sys.stderr, flush=True)
+        try:
+            import torch.distributed as dist
+
+            run = self._own_client()
+            store = dist.PrefixStore(self.key, run)
+            own = recorder.snapshot()
+            if own is not None:
+                store.set(f"records/{rank}", own)  # type: ignore[arg-type]
+            # Everything this rank prints comes before its fault is published: the
+            # fault lets rank 0 go on to print its report, which must not interleave.
+            _print_peer_errors(store, self.launch, self.test, self.grace)
+            if own is not None:
+                print(_peers_timeline(store, self.launch, own), file=sys.stderr, flush=True)
+            store.set(str(rank), pickle.dumps(RankFault(rank, FaultKind.TIMED_OUT, stacks=stacks)))  # type: ignore[arg-type]
+            if rank != 0:  # give rank 0 the time to print its report, which holds this timeout
+                run.set_timeout(timedelta(seconds=self.report_wait))
+                run.wait(["reported"])
+        except Exception as exc:  # best effort: exiting is what matters now
+            print(f"continuous_test: rank {rank}: {exc}", file=sys.stderr, flush=True)
+        finally:
+            sys.stderr.flush()
+            os._exit(EXIT_TIME_LIMIT)
+
+    def _own_client(self):
+        """A connection of this thread's own: the main thread may be using the process's one."""
+        import torch.distributed as dist
+
+        launch = self.launch
+        assert launch.master_addr is not None and launch.master_port is not None, "a launch without MASTER_ADDR/PORT"
+        raw = dist.TCPStore(launch.master_addr, launch.master_port, None, False, timedelta(seconds=self.grace))
+        return dist.PrefixStore(f"{STORE_PREFIX}/{launch.run_id}", raw)
+
+
+def _peers_timeline(store: Any, launch: Launch, own: bytes) -> str:
+    """The collective timeline of every rank that can tell, for a rank whose time limit expired.
+
+    Peers whose limit expired too publish their records; those that finished the
+    test carry them in their outcome.  Waits at most ``TIMELINE_WAIT`` for them.
+    """
+    ranks: Dict[int, Optional[records.RankCalls]] = {launch.rank: records.parse(own)}
+    pending = set(range(launch.world_size)) - {launch.rank}
+    deadline = time.monotonic() + TIMELINE_WAIT
+    while pending and time.monotonic() < deadline:
+        for rank in sorted(pending):
+            if store.check([f"records/{rank}"]):
+                ranks[rank] = records.parse(store.get(f"records/{rank}"))
+            elif store.check([str(rank)]):
+                value = pickle.loads(store.get(str(rank)))
+                ranks[rank] = records.parse(getattr(value, "records", None) or b"")
+            else:
+                continue
+            pending.discard(rank)
+        if pending:
+            time.sleep(0.05)
+    ranks.update((rank, None) for rank in pending)
+    return timeline.HEADING + "\n" + timeline.build(ranks).text
+
+
+def _print_peer_errors(store, launch: Launch, test: str, grace: float) -> None:
+    """Print the errors peers published for this test, waiting up to ``grace`` for the rest."""
+    deadline = time.monotonic() + grace
+    for rank in range(launch.world_size):
+        if rank == launch.rank:
+            continue
+        store.set_timeout(timedelta(seconds=max(0.01, deadline - time.monotonic())))
+        try:
+            value = pickle.loads(store.get(str(rank)))
+        except Exception:
+            print(PEER_MISSING.format(rank=rank, test=test), file=sys.stderr, flush=True)
+            continue
+        if isinstance(value, RankOutcome) and value.has_failure():
+            error = "\n".join(rec.traceback.rstrip() for event in value.events for rec in event.errors)
+            print(PEER_ERROR.format(rank=rank, test=test, me=launch.rank, error=error), file=sys.stderr, flush=True)

@@ -1,0 +1,428 @@
+"""State leaks between tests: what a test left changed in its rank process.
+
+How data flows::
+
+    rank (rank.run.run_case)                        controller (verdict.merge)
+      before = take()                                 one LeakReport per rank
+      run the test, tearDown, cleanups                    │ judge(): same change on several
+      leaks = check(before, policy)   ──RankOutcome──►    │ ranks becomes one line "(ranks 0, 1)"
+        restore what can be restored     .leaks           ▼
+                                                      Verdict: warning text (restore), a failure
+                                                      (fail), restart_world if anything stayed
+
+A snapshot is a handful of cheap reads (most are C calls returning a scalar; the
+environment, ``sys.path``, the warnings filters and the hook dicts are shallow
+copies), compared with ``==`` first; only a difference is described.  What is
+watched is listed in :data:`WATCHED`.  ``sys.modules`` is watched for entries
+replaced or removed, and for added entries that are not modules (a mock, or
+``None`` blocking an import); added modules are not reported: imports are caches
+that torch itself fills lazily (C extensions add modules without an import spec),
+and removing them would break later tests.
+
+Policies (:data:`POLICIES`): ``restore`` puts back what can be put back and reports
+the leak as a warning; ``fail`` also fails the test; ``off`` takes no snapshot.
+What cannot be put back (a live thread, interop threads once parallel work
+started) is reported and the controller restarts the world before the next test.
+
+This is the rank's half: it takes and checks snapshots.  Formatting and judging
+the reports is the verdict's (:mod:`continuous_test.verdict.leaks`).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from continuous_test.wire.outcome import Leak, LeakReport
+
+__all__ = [
+    "Snapshot",
+    "POLICIES",
+    "WATCHED",
+    "take",
+    "check",
+]
+
+POLICIES = ("restore", "fail", "off")
+WATCHED = (
+    "current directory", "environment variables", "sys.path", "sys.modules (replaced or removed modules, added non-modules)",
+    "sys.stdout and sys.stderr", "warnings filters", "torch default dtype", "torch default device",
+    "grad mode", "torch intra-op threads", "torch inter-op threads", "deterministic algorithms",
+    "float32 matmul precision (TF32)", "cudnn flags", "default process group (object, rank, size)",
+    "process groups the test created", "non-daemon threads the test started",
+    "global module and optimizer hooks",
+)
+
+MAX_VALUE = 120
+# A thread that is just finishing is not a leak: how long to let it end.
+THREAD_GRACE = 0.1
+
+
+# -- scalar items: (label, read, write) ----------------------------------------------
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # the test removed the directory it moved into
+        return "(a removed directory)"
+
+
+def _device() -> Any:
+    ctx = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    return None if ctx is None else ctx.device
+
+
+def _deterministic() -> Tuple[bool, bool]:
+    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def _set_deterministic(value: Tuple[bool, bool]) -> None:
+    torch.use_deterministic_algorithms(value[0], warn_only=value[1])
+
+
+_CUDNN = ("enabled", "benchmark", "deterministic", "allow_tf32")
+
+
+def _cudnn() -> Tuple[bool, ...]:
+    flags = torch.backends.cudnn
+    return tuple(getattr(flags, name) for name in _CUDNN)
+
+
+def _set_cudnn(value: Tuple[bool, ...]) -> None:
+    for name, flag in zip(_CUDNN, value):
+        setattr(torch.backends.cudnn, name, flag)
+
+
+_SCALARS: Tuple[Tuple[str, Callable[[], Any], Callable[[Any], Any]], ...] = (
+    ("current directory", _cwd, os.chdir),
+    ("torch default dtype", torch.get_default_dtype, torch.set_default_dtype),
+    ("torch default device", _device, torch.set_default_device),
+    ("grad mode", torch.is_grad_enabled, torch.set_grad_enabled),
+    ("torch intra-op threads", torch.get_num_threads, torch.set_num_threads),
+    ("torch inter-op threads", torch.get_num_interop_threads, torch.set_num_interop_threads),
+    ("deterministic algorithms (enabled, warn_only)", _deterministic, _set_deterministic),
+    ("float32 matmul precision", torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+) + (
+    # Reading them costs a C call each: only where cudnn is present.
+    (("cudnn flags (enabled, benchmark, deterministic, allow_tf32)", _cudnn, _set_cudnn),)
+    if torch.backends.cudnn.is_available() else ()
+)
+
+
+def _hook_dicts() -> Tuple[Tuple[str, dict], ...]:
+    import torch.nn.modules.module as module_mod
+    import torch.optim.optimizer as optim_mod
+
+    found = []
+    for mod, kind in ((module_mod, "module"), (optim_mod, "optimizer")):
+        for name, value in vars(mod).items():
+            if name.startswith("_global_") and isinstance(value, dict):
+                found.append((f"global {kind} hooks ({mod.__name__}.{name})", value))
+    return tuple(found)
+
+
+_HOOKS = _hook_dicts()
+
+
+# -- snapshots -----------------------------------------------------------------------
+
+
+class Snapshot:
+    """Process-global state before a test; taken by the rank, compared after the test."""
+
+    __slots__ = ("scalars", "env", "path", "modules", "modules_tag", "streams", "filters", "hooks", "threads", "pg",
+                 "groups")
+
+    def __init__(self) -> None:
+        self.scalars = tuple([read() for _, read, _ in _SCALARS])
+        self.env = dict(os.environ._data)  # type: ignore[attr-defined]  # raw copy: no decoding
+        self.path = list(sys.path)
+        self.modules, self.modules_tag = _modules_copy()
+        self.streams = (sys.stdout, sys.stderr)
+        self.filters = list(warnings.filters)
+        self.hooks = tuple([tuple(d.items()) if d else () for _, d in _HOOKS])
+        self.threads = {t.ident for t in threading.enumerate()}
+        self.pg, self.groups = _groups()
+
+
+# Copying sys.modules (over a thousand entries in a rank) is the largest part of
+# a snapshot, and comparing it the largest part of a check: after a collective
+# the caches are cold, and a look at every entry costs more than all the rest.
+# Where CPython keeps a dict's version tag (PEP 509), which changes with every
+# change to the dict, an unchanged tag proves sys.modules unchanged;
+# the copy of the previous test is then reused, and the check reads one number.
+# Without the tag, the copy is reused when the check after it found sys.modules
+# equal to it: nothing between two tests replaces a module, and an import adds
+# one, which changes the length.
+_modules_cache: Optional[Dict[str, Any]] = None
+# sys.modules' version tag when _modules_cache was copied (None: no tag to read).
+_modules_cache_tag: Optional[int] = None
+# Set by a check that found sys.modules equal to the cached copy; a snapshot uses it once.
+_modules_verified = False
+
+
+def _version_tag_reader() -> Optional[Callable[[dict], int]]:
+    """A reader of a dict's PEP 509 version tag, if this interpreter provably keeps one; else None.
+
+    The tag is a private field (``ma_version_tag``, after the object header and
+    ``ma_used``), kept by CPython 3.10 to 3.12.  It is trusted only if it changes,
+    here and now, on each kind of change a test could make to sys.modules.
+    """
+    if (sys.implementation.name != "cpython" or not (3, 10) <= sys.version_info[:2] <= (3, 12)
+            or hasattr(sys, "gettotalrefcount") or sys.maxsize < 2**32):
+        return None  # not CPython, another layout, or a debug build (a longer object header)
+    import ctypes
+
+    def tag(d: dict) -> int:
+        return ctypes.c_uint64.from_address(id(d) + 24).value
+
+    probe: Dict[str, Any] = {"a": ModuleType("a"), "b": ModuleType("b")}
+    seen = [tag(probe)]
+    for change in (lambda: probe.__setitem__("a", ModuleType("a")), lambda: probe.pop("b"),
+                   lambda: probe.__setitem__("c", None), lambda: probe.update(b=None), probe.clear):
+        change()
+        seen.append(tag(probe))
+    steady = tag(sys.modules) == tag(sys.modules)
+    return tag if steady and all(a < b for a, b in zip(seen, seen[1:])) else None
+
+
+_modules_tag = _version_tag_reader()
+
+
+def _modules_copy() -> Tuple[Dict[str, Any], Optional[int]]:
+    """A copy of sys.modules for a snapshot, and its version tag (None: no tag)."""
+    global _modules_cache, _modules_cache_tag, _modules_verified
+    tag = _modules_tag(sys.modules) if _modules_tag is not None else None
+    if tag is not None:
+        reuse = _modules_cache is not None and tag == _modules_cache_tag
+    else:
+        reuse = _modules_verified and _modules_cache is not None and len(_modules_cache) == len(sys.modules)
+    if not reuse:
+        _modules_cache, _modules_cache_tag = dict(sys.modules), tag
+    _modules_verified = False
+    assert _modules_cache is not None
+    return _modules_cache, tag
+
+
+def _modules_unchanged(before: Snapshot) -> bool:
+    """Whether sys.modules holds what it held when ``before`` was taken."""
+    if before.modules_tag is not None and _modules_tag is not None:
+        return _modules_tag(sys.modules) == before.modules_tag
+    return len(sys.modules) == len(before.modules) and before.modules.items() <= sys.modules.items()
+
+
+def take() -> Snapshot:
+    """Snapshot process-global state; ``worker.run_case`` calls this before each test."""
+    return Snapshot()
+
+
+def _c10d() -> Any:
+    global _C10D
+    if _C10D is None:
+        import torch.distributed as dist
+
+        _C10D = False
+        if dist.is_available():
+            from torch.distributed import distributed_c10d
+
+            _C10D = distributed_c10d
+    return _C10D
+
+
+_C10D: Any = None
+
+
+def _groups() -> Tuple[Optional[Tuple[Any, int, int]], frozenset]:
+    c10d = _c10d()
+    if not c10d:
+        return None, frozenset()
+    world = c10d._world
+    pg = world.default_pg
+    default = None if pg is None else (pg, pg.rank(), pg.size())
+    return default, frozenset(world.pg_names)
+
+
+def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
+    """Compare with ``before``, put back what can be, and report; called after tearDown and cleanups."""
+    found: List[Leak] = []
+    _check_scalars(before, found)
+    _check_env(before.env, found)
+    if sys.path != before.path:
+        found.append(_put_back_list("sys.path", before.path, sys.path))
+    if not _modules_unchanged(before):
+        _check_modules(before.modules, found)
+    else:
+        _modules_verified_equal(before.modules)
+    if (sys.stdout, sys.stderr) != before.streams:
+        _check_streams(before.streams, found)
+    if warnings.filters != before.filters:
+        leak = _put_back_filters(before.filters, before.modules)
+        if leak is not None:
+            found.append(leak)
+    _check_hooks(before.hooks, found)
+    _check_threads(before.threads, found)
+    _check_groups(before, found)
+    return LeakReport(policy, tuple(found)) if found else None
+
+
+def _check_scalars(before: Snapshot, found: List[Leak]) -> None:
+    for (label, read, write), old in zip(_SCALARS, before.scalars):
+        new = read()
+        if new != old:
+            found.append(Leak(label, _show(old), _show(new), _attempt(write, old)))
+
+
+def _attempt(write: Callable[[Any], Any], value: Any) -> bool:
+    try:
+        write(value)
+    except Exception:  # e.g. inter-op threads once parallel work started: cannot go back
+        return False
+    return True
+
+
+def _check_env(old: Dict[Any, Any], found: List[Leak]) -> None:
+    new = os.environ._data  # type: ignore[attr-defined]
+    if new == old:
+        return
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) == new.get(key):
+            continue
+        name = os.fsdecode(key)
+        before = "unset" if key not in old else repr(os.fsdecode(old[key]))
+        after = "unset" if key not in new else repr(os.fsdecode(new[key]))
+        if key in old:
+            os.environ[name] = os.fsdecode(old[key])
+        else:
+            del os.environ[name]
+        found.append(Leak(f"environment variable {name}", _cut(before), _cut(after), True))
+
+
+def _put_back_list(item: str, old: list, new: list) -> Leak:
+    added = [p for p in new if p not in old]
+    removed = [p for p in old if p not in new]
+    parts = ([f"added {added!r}"] if added else []) + ([f"removed {removed!r}"] if removed else [])
+    after = f"{len(new)} entries" + (f" ({'; '.join(parts)})" if parts else " (reordered)")
+    new[:] = old
+    return Leak(item, f"{len(old)} entries", _cut(after), True)
+
+
+def _modules_verified_equal(copy: Dict[str, Any]) -> None:
+    global _modules_verified
+    _modules_verified = copy is _modules_cache
+
+
+def _check_modules(old: Dict[str, Any], found: List[Leak]) -> None:
+    new = sys.modules
+    for name in [n for n in old if new.get(n) is not old[n]]:
+        after = "removed" if name not in new else _show(new[name])
+        new[name] = old[name]
+        found.append(Leak(f"sys.modules[{name!r}]", _show(old[name]), after, True))
+    for name in [n for n in new if n not in old and not isinstance(new[n], ModuleType)]:
+        found.append(Leak(f"sys.modules[{name!r}]", "absent", _show(new.pop(name)), True))
+
+
+def _check_streams(old: Tuple[Any, Any], found: List[Leak]) -> None:
+    for name, value in zip(("stdout", "stderr"), old):
+        current = getattr(sys, name)
+        if current is not value:
+            setattr(sys, name, value)
+            found.append(Leak(f"sys.{name}", _show(value), _show(current), True))
+
+
+def _put_back_filters(old: list, modules_before: Any) -> Optional[Leak]:
+    new = list(warnings.filters)
+    added = [f for f in new if f not in old]
+    if added and len(new) - len(added) == len(old) and all(_imported_with(f, modules_before) for f in added):
+        # Only filters that a module imported during the test set for its own
+        # warnings (sympy, which torch imports lazily, does): that import's
+        # setup, not something the test left behind.  Kept, as the import is.
+        return None
+    after = f"{len(new)} filters" + (f" (added {_filter_text(added[0])}{' ...' if len(added) > 1 else ''})" if added else "")
+    warnings.filters[:] = old  # type: ignore[index]  # a list at runtime
+    warnings._filters_mutated()  # type: ignore[attr-defined]  # the module's cache key
+    return Leak("warnings filters", f"{len(old)} filters", _cut(after), True)
+
+
+def _imported_with(entry: tuple, modules_before: Any) -> bool:
+    """Whether a filter's warning category comes from a module first imported since ``modules_before``."""
+    module = getattr(entry[2], "__module__", None)
+    return bool(module) and module not in modules_before and module in sys.modules
+
+
+def _filter_text(entry: tuple) -> str:
+    action, _message, category, _module, _lineno = entry
+    return f"{action!r} for {getattr(category, '__name__', category)}"
+
+
+def _check_hooks(old: Tuple[tuple, ...], found: List[Leak]) -> None:
+    for (label, hooks), items in zip(_HOOKS, old):
+        if len(hooks) == len(items) and (not hooks or tuple(hooks.items()) == items):
+            continue
+        after = f"{len(hooks)} hook(s) ({', '.join(_show(h) for h in hooks.values())})" if hooks else "0 hooks"
+        hooks.clear()
+        hooks.update(items)
+        found.append(Leak(label, f"{len(items)} hook(s)", _cut(after), True))
+
+
+def _check_threads(old: set, found: List[Leak]) -> None:
+    for thread in threading.enumerate():
+        if thread.ident in old or thread.daemon:
+            continue
+        thread.join(THREAD_GRACE)
+        if thread.is_alive():
+            found.append(Leak("live non-daemon threads", "none started", f"{thread.name!r} still running", False))
+
+
+def _check_groups(before: Snapshot, found: List[Leak]) -> None:
+    pg, groups = _groups()
+    old = before.pg
+    if (pg is None and old is not None) or (pg is not None and (old is None or pg[0] is not old[0])):
+        restored = True
+        if pg is not None and old is not None:  # replaced: the worker re-initializes its own
+            restored = _destroy_default()
+        found.append(Leak("default process group", _describe_pg(old), _describe_pg(pg), restored))
+    new = [name for _, name in _new_groups(groups, before.groups, pg)]
+    if new:
+        found.append(Leak("process groups the test created", "none", f"{len(new)} not destroyed (group names {', '.join(new)})", True))
+
+
+def _new_groups(groups: frozenset, old: frozenset, default: Optional[tuple]) -> List[Tuple[Any, str]]:
+    skip = default[0] if default is not None else None
+    return [(g, _c10d()._world.pg_names[g]) for g in groups - old if g is not skip]
+
+
+def _destroy_default() -> bool:
+    import torch.distributed as dist
+
+    try:
+        dist.destroy_process_group()
+    except Exception:
+        return False
+    return True
+
+
+def _describe_pg(entry: Optional[Tuple[Any, int, int]]) -> str:
+    if entry is None:
+        return "none (destroyed)"
+    return f"rank {entry[1]} of {entry[2]} (object {id(entry[0]):#x})"
+
+
+def _show(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<unreprable {type(value).__name__}>"
+    return _cut(text)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 3] + "..."
+
+
+# -- controller side: merge and judge -----------------------------------------------

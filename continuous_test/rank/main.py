@@ -1,0 +1,305 @@
+"""The loop inside a rank process.
+
+A rank is started by the controller with a :class:`~continuous_test.wire.messages.RankSpec`
+and one end of two pipes.  It
+
+1. sends its stdout/stderr (file descriptors 1 and 2) to a private log file that the
+   controller reads per test, so C++ and subprocess output is captured too;
+2. starts a listener thread that answers ``DumpStacks`` at once (even while the main
+   thread is blocked in a collective) and exits the process as soon as the
+   controller's end of the pipe closes, so a dead controller leaves no orphans;
+3. imports the test class by module and qualified name, joins the default process
+   group (``MultiProcContinuousTest``) and answers ``Ready``;
+4. runs every ``RunTest`` (:mod:`continuous_test.rank.run`) and answers ``TestDone``.
+
+A fresh rank runs its one test instead (:mod:`continuous_test.rank.fresh`), and a
+spare first waits for the spec it is to run.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import shutil
+import signal
+import sys
+import threading
+import unittest
+from typing import Any, NoReturn
+
+import torch
+
+from continuous_test import _role, errors
+from continuous_test._procfs import running
+from continuous_test._role import RankContext
+from continuous_test.rank import coverage as rank_coverage, recorder
+from continuous_test.rank.run import (
+    LIBC,
+    flush_output,
+    format_stacks,
+    import_test_class,
+    loopback_interface,
+    remember_default_group,
+    run_one,
+    set_world_size,
+    template_cuda_initialized,
+)
+from continuous_test.wire import messages
+from continuous_test.wire.env import ENV_RANK_MARKER
+from continuous_test.wire.messages import (
+    Assign,
+    DumpStacks,
+    InitFailed,
+    RankKind,
+    RankSpec,
+    Ready,
+    RunTest,
+    Shutdown,
+    Stacks,
+    TestDone,
+)
+from continuous_test.wire.outcome import ErrorRecord, torch_skip_reason
+from continuous_test.wire.records import records_path
+
+__all__ = [
+    "rank_main",
+    "EXIT_CONTROLLER_GONE",
+]
+
+EXIT_CONTROLLER_GONE = 70
+CUDA_IN_TEMPLATE = (
+    "CUDA was initialized in the template process before this rank was forked, so it "
+    "cannot use CUDA. Something imported at module level initialized it (for example a "
+    "tensor created on 'cuda' at import time); move that into a test or setUp, or set "
+    "CONTINUOUS_TEST_START_METHOD=spawn."
+)
+
+
+class _Channel:
+    """The rank's ends of its two pipes.
+
+    The main thread reads commands from ``conn`` itself (no hand-off between
+    threads on the per-test path).  A listener thread reads ``control``, on which
+    the controller asks for stacks; it answers at once even while the main thread
+    is blocked in a collective, and when that pipe closes the controller is gone.
+    Sends are locked because both threads send on ``conn``.
+    """
+
+    def __init__(self, conn, control) -> None:
+        self.conn = conn
+        self.control = control
+        self.lock = threading.Lock()
+
+    def send(self, message: Any) -> None:
+        with self.lock:
+            messages.send(self.conn, message)
+
+    def receive(self, spec: RankSpec) -> Any:
+        """The next command, for the main thread; exits the process if the controller died."""
+        try:
+            return messages.recv(self.conn)
+        except (EOFError, OSError):
+            _controller_gone(spec)
+
+    def watch(self, spec: RankSpec) -> None:
+        """Listener thread body: answer stack requests, die with the controller."""
+        while True:
+            try:
+                message = messages.recv(self.control)
+            except (EOFError, OSError):
+                _controller_gone(spec)
+                return
+            if isinstance(message, DumpStacks):
+                self.send(Stacks(spec.rank, format_stacks()))
+            else:
+                print(f"continuous_test: rank {spec.rank} got an unexpected {message!r} on its control pipe",
+                      file=sys.stderr, flush=True)
+
+
+def _controller_gone(spec: RankSpec) -> NoReturn:
+    """Leave now, with what this rank's tests started: the controller closed the pipe or died."""
+    # The controller closes the pipe itself when it stops a world, and removes its
+    # files; if it died (even SIGKILL closes its pipe end), nobody else may.
+    if spec.private_dir and not running(spec.controller_pid):
+        shutil.rmtree(spec.private_dir, ignore_errors=True)
+    flush_output()
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)  # this rank and its tests' processes
+    os._exit(EXIT_CONTROLLER_GONE)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _adopt(spec: RankSpec) -> None:
+    """Tie this rank's life to the template's, and give it its own process group.
+
+    * Its own process group: the controller (and the template at exit) kill the
+      group, which takes along whatever the tests started (Popen, fork).
+    * Forked by the template: the kernel kills this rank when the template dies
+      (it dies with the controller), even while the rank holds the GIL in C code,
+      when no Python thread of the rank could act.
+    * The forkserver hands each child the write end of the pipe whose closing
+      tells the template that its controller is gone; a rank, or a process its
+      test forks, holding it would keep the template alive.
+    """
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    if spec.parent_pid and spec.parent_pid != spec.controller_pid and LIBC is not None and sys.platform == "linux":
+        LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != spec.parent_pid:  # the template died before the call above
+            os._exit(EXIT_CONTROLLER_GONE)
+    from multiprocessing import forkserver
+
+    alive_fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+    if alive_fd is not None and spec.parent_pid != spec.controller_pid:
+        try:
+            os.close(alive_fd)
+        except OSError:
+            pass
+        setattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+
+
+def rank_main(spec: RankSpec, conn, control) -> None:
+    """Entry point of every rank process; started by the controller with its two pipes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    _adopt(spec)
+    _redirect_output(spec.log_file)
+    if faulthandler.is_enabled():
+        # Enabled in the controller this rank may be forked from (pytest does), it
+        # would write to the controller's terminal: it writes to this rank's log.
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+    _apply_env(spec)
+    rank_coverage.start_in_rank()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    forked_ahead = spec.kind is RankKind.SPARE
+    if forked_ahead:
+        spec = _assigned(spec, conn)
+    recorder.open_ring(records_path(spec.world_dir, spec.rank), spec.rank)
+    _role.enter(RankContext(spec.rank, spec.world_size, spec, forked_ahead))
+    channel = _Channel(conn, control)
+    threading.Thread(target=channel.watch, args=(spec,), name="continuous_test-listener", daemon=True).start()
+    if spec.kind is RankKind.FRESH:
+        from continuous_test.rank.fresh import run_single
+
+        code = run_single(spec, channel.send)
+        flush_output()
+        os._exit(code)
+    _continuous_loop(spec, channel)
+
+
+def _assigned(spare: RankSpec, conn) -> RankSpec:
+    """A spare's wait for the spec it is to run; everything before it was done ahead of need.
+
+    What the spare did already is what does not depend on the test: its process
+    group, its tie to the template, the environment (applied again only if the
+    controller's changed since, e.g. in a ``setUp``, or the rank differs).
+    """
+    try:
+        message = messages.recv(conn)
+    except (EOFError, OSError):
+        _controller_gone(spare)
+    if isinstance(message, Shutdown):  # not needed after all
+        flush_output()
+        os._exit(0)
+    if not isinstance(message, Assign):
+        raise errors.ProtocolError(f"spare rank {spare.rank} got an unexpected {message!r}")
+    spec = message.spec
+    _redirect_output(spec.log_file)
+    if (spec.env, spec.rank, spec.world_size) != (spare.env, spare.rank, spare.world_size):
+        _apply_env(spec)
+    return spec
+
+
+def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
+    try:
+        cls = import_test_class(spec.module, spec.qualname, spec.module_file)
+        _join_world(cls, spec, spec.rendezvous_file)
+    except unittest.SkipTest as skip:
+        channel.send(InitFailed(spec.rank, ErrorRecord.from_exception(skip), skip_reason=str(skip)))
+        _wait_for_shutdown(channel, spec)
+        return
+    except BaseException as exc:  # noqa: B902 - any init error is reported, not raised
+        # torch's _init_pg overrides skip a whole class by sys.exit(TEST_SKIPS[...].exit_code).
+        channel.send(InitFailed(spec.rank, ErrorRecord.from_exception(exc), skip_reason=torch_skip_reason(exc)))
+        _wait_for_shutdown(channel, spec)
+        return
+    channel.send(Ready(spec.rank))
+    while True:
+        message = channel.receive(spec)
+        if isinstance(message, Shutdown):
+            break
+        if not isinstance(message, RunTest):
+            raise errors.ProtocolError(f"rank {spec.rank} got an unexpected {message!r}")
+        if message.reinit is not None:
+            _reinit_world(cls, spec, message.reinit)
+        outcome = run_one(cls, message, spec)
+        channel.send(TestDone.of(spec.rank, message.seq, outcome))
+    _leave_world()
+
+
+def _wait_for_shutdown(channel: _Channel, spec: RankSpec) -> None:
+    while not isinstance(channel.receive(spec), Shutdown):
+        pass
+    flush_output()
+    os._exit(0)
+
+
+def _leave_world() -> None:
+    import torch.distributed as dist
+
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    finally:
+        flush_output()
+        os._exit(0)
+
+
+def _redirect_output(log_file: str) -> None:
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _apply_env(spec: RankSpec) -> None:
+    os.environ.clear()
+    os.environ.update(spec.env)
+    os.environ.update(
+        RANK=str(spec.rank),
+        WORLD_SIZE=str(spec.world_size),
+        LOCAL_RANK=str(spec.rank),
+        LOCAL_WORLD_SIZE=str(spec.world_size),
+        **{ENV_RANK_MARKER: "1"},
+    )
+    if not os.environ.get("GLOO_SOCKET_IFNAME") and not os.environ.get("GLOO_DEVICE_TRANSPORT"):
+        lo = loopback_interface()
+        if lo:
+            os.environ["GLOO_SOCKET_IFNAME"] = lo
+
+
+def _join_world(cls: Any, spec: RankSpec, rendezvous_file: str) -> None:
+    cls.rank = spec.rank
+    set_world_size(cls, spec.world_size)
+    device = spec.settings.device_type if spec.settings is not None else "cpu"
+    if device != "cpu":
+        if device == "cuda" and template_cuda_initialized():
+            raise RuntimeError(CUDA_IN_TEMPLATE)
+        torch.accelerator.set_device_index(spec.rank)
+    cls._init_pg(spec.rank, spec.world_size, rendezvous_file)
+    remember_default_group()
+
+
+def _reinit_world(cls: Any, spec: RankSpec, generation: int) -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    path = f"{spec.rendezvous_file}.{generation}"
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    cls._init_pg(spec.rank, spec.world_size, path)
+    remember_default_group()

@@ -1,0 +1,457 @@
+"""The collective recorder: every rank keeps its last calls where a reader can see them.
+
+How data flows::
+
+    test code ── dist.all_reduce(t) ──► recorded wrapper ──► torch's all_reduce
+                                           │ record (waiting) before, status (returned / raised) after
+                                           ▼
+                       mmap'd ring of fixed-size records (timeline.HEADER / timeline.RECORD)
+                       ├─ dispatcher worlds: <world dir>/rankN.records, read by the controller
+                       │  directly, so a rank stuck holding the GIL still gets its timeline
+                       └─ torchrun / srun: in memory; snapshot() travels with the outcome
+
+:func:`patch` replaces the public ``torch.distributed`` collectives and
+point-to-point functions by wrappers that record, call the original and return
+its result (or let its exception through) untouched.  It runs in ranks only:
+in the template process ranks are forked from (so that names a test file
+imported from ``torch.distributed`` are the wrappers too), in a rank at start,
+and in a launched rank at its first test.  Until :func:`open_ring` runs, and
+in a test where recording is off, a wrapper only calls the original.
+
+Recording is off with ``CONTINUOUS_TEST_RECORD=0``, for a class whose
+``record_collectives`` attribute is False, and for a test, class or module marked
+``@pytest.mark.ct_record(False)``.
+
+Rank side only: never imports the controller.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import mmap
+import os
+import struct
+import sys
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import continuous_test
+from continuous_test.wire import records as tl
+from continuous_test.errors import ConfigError
+from continuous_test.wire.env import ENV_RECORD, parse_switch
+
+__all__ = [
+    "ENV_RECORD",
+    "CLASS_ATTR",
+    "MARKER",
+    "DEFAULT_CAPACITY",
+    "enabled_by_env",
+    "patch",
+    "open_ring",
+    "rebind",
+    "begin_test",
+    "snapshot",
+    "current_calls",
+    "recording",
+]
+
+CLASS_ATTR = "record_collectives"
+MARKER = "ct_record"
+DEFAULT_CAPACITY = 64
+
+
+@dataclass(frozen=True)
+class _Op:
+    """How to read one function's arguments: positions and names of what a record keeps."""
+
+    code: int
+    flags: int
+    tensor: Optional[Tuple[int, str]] = None
+    group: Optional[Tuple[int, str]] = None
+    peer: Optional[Tuple[int, str]] = None
+    objects: Optional[Tuple[int, str]] = None
+    simple: bool = False  # one tensor argument and nothing to count: the fast path
+
+
+# function name -> (flags, the tensor argument, the peer argument, the object list argument)
+_TABLE: Dict[str, Tuple[int, Optional[str], Optional[str], Optional[str]]] = {
+    "all_reduce": (0, "tensor", None, None),
+    "all_gather": (0, "tensor", None, None),
+    "all_gather_into_tensor": (0, "input_tensor", None, None),
+    "reduce_scatter": (tl.FLAG_LIST, "input_list", None, None),
+    "reduce_scatter_tensor": (0, "input", None, None),
+    "all_to_all": (tl.FLAG_LIST, "input_tensor_list", None, None),
+    "all_to_all_single": (0, "input", None, None),
+    "broadcast": (0, "tensor", "src", None),
+    "reduce": (0, "tensor", "dst", None),
+    "gather": (0, "tensor", "dst", None),
+    "scatter": (0, "tensor", "src", None),
+    "barrier": (0, None, None, None),
+    "monitored_barrier": (0, None, None, None),
+    "all_gather_object": (tl.FLAG_OBJECTS, None, None, "object_list"),
+    "gather_object": (tl.FLAG_OBJECTS, None, "dst", None),
+    "broadcast_object_list": (tl.FLAG_OBJECTS, None, "src", "object_list"),
+    "scatter_object_list": (tl.FLAG_OBJECTS, None, "src", "scatter_object_output_list"),
+    "send_object_list": (tl.FLAG_OBJECTS | tl.FLAG_P2P, None, "dst", "object_list"),
+    "recv_object_list": (tl.FLAG_OBJECTS | tl.FLAG_P2P, None, "src", "object_list"),
+    "send": (tl.FLAG_P2P, "tensor", "dst", None),
+    "recv": (tl.FLAG_P2P, "tensor", "src", None),
+    "isend": (tl.FLAG_P2P, "tensor", "dst", None),
+    "irecv": (tl.FLAG_P2P, "tensor", "src", None),
+    "batch_isend_irecv": (tl.FLAG_P2P, None, None, "p2p_op_list"),
+    "all_reduce_coalesced": (tl.FLAG_LIST, "tensors", None, None),
+    "all_gather_coalesced": (tl.FLAG_LIST, "input_tensor_list", None, None),
+}
+# The record layout for a tensor of each rank (0 to MAX_DIMS): the unused dims are
+# written as pad bytes (zeros), so no tuple is built per call.
+_BY_NDIM = tuple(struct.Struct(tl.RECORD.format.replace(f"{tl.MAX_DIMS}q", f"{n}q{8 * (tl.MAX_DIMS - n)}x"))
+                 for n in range(tl.MAX_DIMS + 1))
+_DEFAULT = object()  # key of the default group's counters
+
+# The ring calls record into, or None: not recording (controller, template, off).
+_active: Optional["_Ring"] = None
+# The open ring of this process (kept while a test has recording off).
+_ring: Optional["_Ring"] = None
+# Original function of every name patch() replaced, by name.
+_originals: Dict[str, Callable] = {}
+# Per (class, method name): whether recording is on for that test.
+_enabled_cache: Dict[Tuple[type, str], bool] = {}
+
+
+def enabled_by_env(env: Any = os.environ) -> bool:
+    """False when ``CONTINUOUS_TEST_RECORD`` turns recording off; checked before patching.
+
+    A word the switch does not know is reported by whoever controls the test
+    (``config.check_switches``) before any test runs; here, in a rank or the
+    template, it leaves recording on.
+    """
+    try:
+        return parse_switch(ENV_RECORD, env)
+    except ConfigError:
+        return True
+
+
+def patch() -> None:
+    """Replace the public torch.distributed functions by recording wrappers (ranks only, once)."""
+    if _originals or not enabled_by_env():
+        return
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    for name, (flags, tensor, peer, objects) in _TABLE.items():
+        fn = getattr(dist, name, None)
+        if fn is None or not callable(fn):
+            continue
+        op = _op_for(fn, tl.OPS.index(name), flags, tensor, peer, objects)
+        _originals[name] = fn
+        setattr(dist, name, _wrap(fn, op))
+
+
+def rebind(module: Any) -> None:
+    """Point names that ``module`` imported from torch.distributed before :func:`patch` at the wrappers.
+
+    A rank forked from a template that is a fork of the controller inherits the
+    test module as the controller imported it, before anything was wrapped:
+    ``from torch.distributed import barrier`` there is the original.  Ranks call
+    this for their test module once, after importing it.
+    """
+    if not _originals or module is None:
+        return
+    import torch.distributed as dist
+
+    wrapped = {id(fn): getattr(dist, name) for name, fn in _originals.items()}
+    for name, value in list(vars(module).items()):
+        wrapper = wrapped.get(id(value))
+        if wrapper is not None:
+            setattr(module, name, wrapper)
+
+
+def _restore() -> None:
+    """Undo :func:`patch` and close the ring; unit tests call this to leave their process as it was."""
+    global _ring, _active
+    import torch.distributed as dist
+
+    for name, fn in _originals.items():
+        setattr(dist, name, fn)
+    _originals.clear()
+    _enabled_cache.clear()
+    _ring = _active = None
+
+
+def _op_for(fn: Callable, code: int, flags: int, tensor: Optional[str], peer: Optional[str],
+            objects: Optional[str]) -> _Op:
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+
+    def where(name: Optional[str]) -> Optional[Tuple[int, str]]:
+        return (params.index(name), name) if name in params else None
+
+    found = where(tensor)
+    simple = found is not None and not flags & (tl.FLAG_LIST | tl.FLAG_OBJECTS) and objects is None
+    return _Op(code, flags, found, where("group"), where(peer), where(objects), simple)
+
+
+def _wrap(fn: Callable, op: _Op) -> Callable:
+    compiling = _compiling_check()
+
+    @functools.wraps(fn)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841 - reports start at torch's own frame
+        ring = _active
+        if ring is None or compiling():
+            return fn(*args, **kwargs)
+        try:
+            status = ring.record(op, args, kwargs)
+        except Exception:  # a record is never worth failing the user's call for
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            ring.mm[status] = tl.STATUS_RAISED
+            raise
+        ring.mm[status] = tl.STATUS_RETURNED
+        return result
+
+    return recorded
+
+
+def _compiling_check() -> Callable[[], bool]:
+    # Under torch.compile the wrapper is traced: it must then only call the
+    # original, which dynamo rewrites into its traceable form.
+    import torch
+
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return check if check is not None else (lambda: False)
+
+
+def open_ring(path: Optional[str], rank: int, capacity: int = DEFAULT_CAPACITY) -> None:
+    """Start keeping records, in the file ``path`` (mode 0600) or in memory; a rank calls this once."""
+    global _ring
+    if not enabled_by_env() or _ring is not None:
+        return
+    patch()
+    try:
+        _ring = _Ring(path, rank, capacity)
+    except OSError:
+        _ring = None  # no records is better than no test
+
+
+def begin_test(case: Any) -> None:
+    """Mark the start of a test; only its calls are reported.  Ranks call this before each test."""
+    global _active
+    ring = _ring
+    if ring is None:
+        return
+    on = _enabled_for(type(case), getattr(case, "_testMethodName", ""))
+    ring.begin(on)
+    _active = ring if on else None
+
+
+def recording() -> bool:
+    """True while the current test's calls are being recorded."""
+    return _active is not None
+
+
+def snapshot() -> Optional[bytes]:
+    """The current test's records in the file format, for a reader in another process (torchrun)."""
+    ring = _active
+    return ring.snapshot() if ring is not None else None
+
+
+def current_calls() -> Optional[tl.RankCalls]:
+    """This rank's calls in the current test, decoded; a launched rank's time-limit report uses it."""
+    data = snapshot()
+    return tl.parse(data) if data is not None else None
+
+
+# -- turning recording off ----------------------------------------------------------
+
+
+def _enabled_for(cls: type, method: str) -> bool:
+    key = (cls, method)
+    enabled = _enabled_cache.get(key)
+    if enabled is None:
+        enabled = _enabled_cache[key] = _decide(cls, method)
+    return enabled
+
+
+def _decide(cls: type, method: str) -> bool:
+    """Marker on the test (or on the module's function of that name), class or module; then the class attribute."""
+    module = sys.modules.get(cls.__module__)
+    holders = [getattr(cls, method, None), getattr(module, method, None), *cls.__mro__, module]
+    for holder in holders:
+        for mark in _marks(holder):
+            if getattr(mark, "name", None) == MARKER:
+                args = getattr(mark, "args", ()) or tuple(getattr(mark, "kwargs", {}).values())
+                return bool(args[0]) if args else True
+    return bool(getattr(cls, CLASS_ATTR, True))
+
+
+def _marks(holder: Any) -> list:
+    if holder is None:
+        return []
+    marks = holder.__dict__.get("pytestmark", []) if isinstance(holder, type) else getattr(holder, "pytestmark", [])
+    return marks if isinstance(marks, list) else [marks]
+
+
+# -- the ring -----------------------------------------------------------------------
+
+
+class _Ring:
+    """Fixed-size records in a shared mapping, written in place; see :mod:`continuous_test.verdict.timeline`."""
+
+    def __init__(self, path: Optional[str], rank: int, capacity: int) -> None:
+        size = tl.HEADER.size + capacity * tl.RECORD.size
+        if path:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.ftruncate(fd, size)
+                self.mm = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+        else:
+            self.mm = mmap.mmap(-1, size)
+        self.rank, self.capacity = rank, capacity
+        self.records, self.size = tl.HEADER.size, tl.RECORD.size  # where records start, and each one's size
+        self.count = 0  # records written so far, by this process's life
+        self.test = 0  # tests begun so far
+        self.test_start = 0  # self.count when the current test began
+        self.seqs: Dict[Any, int] = {}  # calls of the current test per (group, p2p) key
+        # group object -> (collective counter key, point-to-point counter key, label), this test
+        self.groups: Dict[Any, Tuple[Any, Any, bytes]] = {}
+        self.files: Dict[str, Optional[bytes]] = {}  # code file -> its name in records, None: skipped
+        self.dtypes = _dtype_codes()
+        self.skip = _skipped_dirs()
+        tl.HEADER.pack_into(self.mm, 0, tl.MAGIC, capacity, tl.RECORD.size, rank, 0, 0, 0, 0)
+
+    def begin(self, on: bool) -> None:
+        """A new test: numbering restarts, and readers ignore earlier records (all of them if ``on`` is False)."""
+        self.test += 1
+        self.test_start = self.count
+        self.seqs.clear()
+        self.groups.clear()
+        tl.HEADER.pack_into(self.mm, 0, tl.MAGIC, self.capacity, tl.RECORD.size, self.rank, int(on),
+                            self.count, self.test, self.count)
+
+    def record(self, op: _Op, args: tuple, kwargs: dict) -> int:
+        """Write the record of a call about to be made; the offset of its status byte.
+
+        The hot path of every collective: one function, no helper calls for the
+        common single-tensor case.
+        """
+        n = len(args)
+        group = args[op.group[0]] if op.group is not None and op.group[0] < n else kwargs.get("group")
+        info = self.groups.get(group)
+        if info is None:
+            info = self.groups[group] = _group_info(group)
+        key = info[op.flags & tl.FLAG_P2P]
+        seq = self.seqs[key] = self.seqs.get(key, 0) + 1
+        count = -1
+        tensor: Any
+        if op.simple:
+            tensor = args[op.tensor[0]] if op.tensor[0] < n else kwargs.get(op.tensor[1])  # type: ignore[index]
+        else:
+            tensor, count = _tensor_and_count(op, args, kwargs)
+        try:
+            shape, ndim, dtype = tensor.shape, tensor.dim(), self.dtypes.get(tensor.dtype, 0)
+        except AttributeError:  # no tensor: a barrier, objects
+            shape, ndim, dtype = (), -1, 0
+        if ndim > tl.MAX_DIMS:
+            shape = tuple(shape)[:tl.MAX_DIMS]
+        peer = -1
+        if op.peer is not None:
+            peer = args[op.peer[0]] if op.peer[0] < n else kwargs.get(op.peer[1], -1)
+        frame: Optional[FrameType] = sys._getframe(2)  # record <- recorded <- the caller
+        files, line = self.files, 0
+        file: Optional[bytes] = b"?"
+        while frame is not None:
+            file = files.get(frame.f_code.co_filename, b"")
+            if file == b"":
+                file = files[frame.f_code.co_filename] = self._name(frame.f_code.co_filename)
+            if file is not None:
+                line = frame.f_lineno or 0
+                break
+            frame = frame.f_back
+        index = self.count
+        offset = self.records + (index % self.capacity) * self.size
+        _BY_NDIM[max(ndim, 0)].pack_into(self.mm, offset, index, self.test, seq, op.code, op.flags,
+                                          tl.STATUS_WAITING, dtype, ndim, count,
+                                          peer if type(peer) is int else -1, line, *shape, info[2], file or b"?")
+        self.count = index + 1  # the header's count is left stale: readers count the records themselves
+        return offset + tl.STATUS_OFFSET
+
+    def _name(self, filename: str) -> Optional[bytes]:
+        """How a code file appears in records; None for torch's and this package's files."""
+        return None if filename.startswith(self.skip) else os.path.basename(filename).encode()[:64]
+
+    def snapshot(self) -> bytes:
+        """The header and the current test's records (at most the ring's), as :func:`timeline.parse` reads them."""
+        n = min(self.count - self.test_start, self.capacity)
+        header = tl.HEADER.pack(tl.MAGIC, max(n, 1), tl.RECORD.size, self.rank, 1, self.count, self.test,
+                                self.test_start)
+        records = []
+        for index in range(self.count - n, self.count):
+            offset = tl.HEADER.size + (index % self.capacity) * tl.RECORD.size
+            records.append(self.mm[offset:offset + tl.RECORD.size])
+        return header + (b"".join(records) if records else bytes(tl.RECORD.size))
+
+
+def _tensor_and_count(op: _Op, args: tuple, kwargs: dict) -> Tuple[Any, int]:
+    """The tensor a record describes and the count of tensors or objects, for list and object calls."""
+    count = -1
+    if op.objects is not None:
+        objects = _arg(op.objects, args, kwargs)
+        count = len(objects) if objects is not None else -1
+    elif op.flags & tl.FLAG_OBJECTS:
+        count = 1
+    tensor = _arg(op.tensor, args, kwargs)
+    if op.flags & tl.FLAG_LIST and isinstance(tensor, (list, tuple)):
+        count = len(tensor)
+        tensor = tensor[0] if tensor else None
+    return tensor, count
+
+
+def _arg(where: Optional[Tuple[int, str]], args: tuple, kwargs: dict) -> Any:
+    if where is None:
+        return None
+    position, name = where
+    return args[position] if position < len(args) else kwargs.get(name)
+
+
+def _group_info(group: Any) -> Tuple[Any, Any, bytes]:
+    """(collective counter key, point-to-point counter key, label) of a group; the default one is unlabelled."""
+    from torch.distributed import distributed_c10d as c10d
+
+    if group is None or group is getattr(c10d.GroupMember, "WORLD", None):
+        return _DEFAULT, (_DEFAULT, "p2p"), b""
+    desc = getattr(group, "group_desc", "") or ""
+    if desc and desc != "undefined" and not desc.startswith("default"):
+        return group, (group, "p2p"), desc.encode()[:40]
+    try:
+        label = ("ranks " + ",".join(map(str, c10d.get_process_group_ranks(group)))).encode()[:40]
+    except Exception:
+        label = b"a subgroup"
+    return group, (group, "p2p"), label
+
+
+def _dtype_codes() -> Dict[Any, int]:
+    import torch
+
+    codes = {}
+    for code, name in enumerate(tl.DTYPES):
+        dtype = getattr(torch, name, None)
+        if isinstance(dtype, torch.dtype):
+            codes[dtype] = code
+    return codes
+
+
+def _skipped_dirs() -> Tuple[str, ...]:
+    """Frames in torch and in this package are not "the caller"; the user's code is."""
+    import torch
+
+    return (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+            os.path.dirname(os.path.abspath(continuous_test.__file__)) + os.sep)

@@ -1,0 +1,270 @@
+"""Running one test for real in a rank, and what a rank does around every test.
+
+Every test starts from the same RNG seed on every rank; process groups the test
+created are destroyed after it; process-global state is compared with a
+snapshot and put back, under the leak policy the test's controller resolved.
+Shared by every kind of rank: a shared world's, a fresh one
+(:mod:`continuous_test.rank.fresh`), and a launched one.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib
+import os
+import random
+import socket
+import sys
+import threading
+import traceback
+import unittest
+from typing import AbstractSet, Any, Optional
+
+import torch
+
+import continuous_test
+from continuous_test.rank import leaks, recorder
+from continuous_test.rank.result import RankResult, take_expect_values
+from continuous_test.wire.messages import RankSpec, RunTest
+from continuous_test.wire.outcome import RankOutcome
+
+
+SEED = 1234
+
+
+try:
+    LIBC: Optional[ctypes.CDLL] = ctypes.CDLL(None)
+except OSError:  # no C library to flush (unusual platforms)
+    LIBC = None
+
+
+def _cuda_initialized() -> bool:
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+_template_cuda_initialized = False
+
+
+def _before_fork() -> None:
+    # Runs in the template just before it forks a rank: remember whether CUDA was
+    # initialized there, since a forked rank cannot use it then.  Freezing the
+    # objects that exist now keeps the rank's garbage collector from touching
+    # (and so copying) the template's pages.
+    global _template_cuda_initialized
+    _template_cuda_initialized = _cuda_initialized()
+    gc.freeze()
+
+
+os.register_at_fork(before=_before_fork)
+
+
+def template_cuda_initialized() -> bool:
+    """Whether CUDA was initialized in the process this rank was forked from."""
+    bad_fork = getattr(torch.cuda, "_is_in_bad_fork", lambda: False)
+    return _template_cuda_initialized or bool(bad_fork())
+
+
+def import_test_class(module: str, qualname: str, module_file: Optional[str]) -> type:
+    """Find a test class by module and qualified name; ranks call this once at start."""
+    mod = sys.modules.get(module)
+    if mod is None:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            if not module_file:
+                raise
+            mod = _load_from_file(module, module_file)
+    recorder.rebind(mod)  # names it imported from torch.distributed record too
+    obj: Any = mod
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _load_from_file(module: str, path: str):
+    spec = importlib.util.spec_from_file_location(module, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load module {module!r} from {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def set_world_size(cls: Any, world_size: int) -> None:
+    """Make ``cls.world_size`` the launched size in this rank, even where it was a property.
+
+    The size a world was started with may come from an override (command line,
+    marker) that the class itself does not know about; the rank process is
+    dedicated to this class, so replacing the attribute here is safe.
+    """
+    cls.world_size = world_size
+
+
+# The default group this rank joined; a test that destroys or replaces it is
+# noticed (default_group_changed) and every rank joins a new one before the next test.
+_expected_group: Any = None
+
+
+def remember_default_group() -> None:
+    """Record the default group just created; called after every join of a world."""
+    from torch.distributed import distributed_c10d as c10d
+
+    global _expected_group
+    _expected_group = c10d._get_default_group()
+
+
+def default_group_changed() -> bool:
+    """True if the default group was destroyed, or replaced by another one, since it was joined."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    if not dist.is_initialized():
+        return True
+    return _expected_group is not None and c10d._get_default_group() is not _expected_group
+
+
+def run_one(cls: type, message: RunTest, spec: RankSpec) -> RankOutcome:
+    """Run the test ``message`` names, of a shared world, on this rank."""
+    case = cls(message.method)
+    case.rank = spec.rank
+    if message.kwargs is not None:
+        case.call_kwargs = message.kwargs
+    return run_case(case, spec.rank, message.leak_policy)
+
+
+def run_case(case: unittest.TestCase, rank: int, policy: str) -> RankOutcome:
+    """Run ``case`` for real on this rank and record what unittest saw.
+
+    Every test starts from the same RNG seed on every rank, and process groups the
+    test created (other than the default one) are destroyed after it.  Unless the
+    leak ``policy`` (resolved by whoever controls the test) is ``off``,
+    process-global state is compared with a snapshot taken before it
+    (:mod:`continuous_test.rank.leaks`), and put back.
+    """
+    before = leaks.take() if policy != "off" else None
+    groups = before.groups if before is not None else _group_names()
+    recorder.begin_test(case)
+    seed_everything(SEED)
+    result = RankResult()
+    unittest.TestCase.run(case, result)  # the real run, not the dispatching override
+    report = leaks.check(before, policy) if before is not None else None
+    _release_subgroups(groups)
+    flush_output()
+    return RankOutcome(rank, result.events, group_changed=default_group_changed(), leaks=report,
+                       expect_values=take_expect_values())
+
+
+def _group_names() -> set:
+    from torch.distributed import distributed_c10d as c10d
+
+    return set(c10d._world.pg_names.keys())
+
+
+def _release_subgroups(before: AbstractSet[Any]) -> None:
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    names = c10d._world.pg_names
+    if len(names) == len(before) and names.keys() <= before:
+        return  # the groups of before the test, and no other
+    if not dist.is_initialized():
+        return
+    default = c10d._get_default_group()
+    for pg in list(c10d._world.pg_names.keys()):
+        if pg not in before and pg is not default:
+            try:
+                dist.destroy_process_group(pg)
+            except Exception:  # a group the test already broke; nothing more to release
+                pass
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch, numpy and random identically; called before every test on every rank."""
+    random.seed(seed)
+    if _has_accelerator():
+        torch.manual_seed(seed)  # also seeds every accelerator's generators
+    else:
+        # torch.manual_seed() also queues a seed for each accelerator module it
+        # knows, recording a formatted stack each time: a quarter of a
+        # millisecond per test, for devices this process does not have.
+        torch.default_generator.manual_seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed)
+
+
+_accelerator: Optional[bool] = None
+
+
+def _has_accelerator() -> bool:
+    global _accelerator
+    if _accelerator is None:
+        accel = getattr(torch, "accelerator", None)
+        _accelerator = bool(accel.is_available()) if accel is not None else torch.cuda.is_available()
+    return _accelerator
+
+
+def format_stacks() -> str:
+    """Python stacks of every thread but the listener, with file, line and function.
+
+    Leading frames of the harness (multiprocessing, unittest, this package) are
+    dropped, so a stack starts where the test's own code does.
+    """
+    names = {t.ident: t.name for t in threading.enumerate()}
+    me = threading.get_ident()
+    parts = []
+    for ident, frame in sys._current_frames().items():
+        if ident == me:
+            continue
+        summary = _trim_harness(traceback.extract_stack(frame))
+        stack = "".join(traceback.format_list(summary))
+        parts.append(f"Thread {names.get(ident, ident)} (most recent call last):\n{stack}")
+    return "\n".join(parts)
+
+
+_HARNESS_DIRS = tuple(
+    os.path.dirname(m.__file__) + os.sep for m in (unittest, __import__("multiprocessing")) if m.__file__
+) + (os.path.dirname(os.path.abspath(continuous_test.__file__)) + os.sep,)
+_UNITTEST_DIR = os.path.dirname(unittest.__file__) + os.sep
+
+
+def _trim_harness(frames: traceback.StackSummary) -> list:
+    """The frames from the test's own code on: after unittest's last frame (the call of the test
+    method) and the harness frames right after it, else after the leading harness frames.
+
+    A rank forked from a template that is a fork of the controller, or a rank under a
+    launcher, also has the runner's frames (``run_tests()``, pytest) above the test.
+    """
+    calls = [i for i, frame in enumerate(frames) if frame.filename.startswith(_UNITTEST_DIR)]
+    start = calls[-1] + 1 if calls else 0
+    while start < len(frames) and (frames[start].filename.startswith(_HARNESS_DIRS)
+                                   or frames[start].filename.startswith("<")):
+        start += 1
+    return list(frames[start:]) if start < len(frames) else list(frames[-3:])
+
+
+def flush_output() -> None:
+    """Flush Python's and C's buffered output to the rank's log."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    if LIBC is not None:
+        LIBC.fflush(None)
+
+
+def loopback_interface() -> Optional[str]:
+    """Name of the loopback interface (``lo`` on Linux, ``lo0`` on macOS), if any."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    for name in names:
+        if name == "lo" or name.startswith("lo0"):
+            return name
+    return None

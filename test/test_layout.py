@@ -1,0 +1,204 @@
+"""The package's layout by process role: imports go only where docs/design.rst allows, with no cycle.
+
+Every import of every module counts, at module level and inside functions, read
+from the source (the AST), so an import that only runs on some path is checked
+too.  So are the lazily imported public names of ``continuous_test/__init__.py``.
+No module may find another through ``sys.modules`` or ``importlib`` with a name
+of this package, except the template's declared preload list.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+import pytest
+from helpers import ROOT
+
+PACKAGE = ROOT / "continuous_test"
+
+# The top level: what users import, subclass, run or catch, and two private leaves.
+API = {"__init__", "case", "multiprocess", "functions", "runner", "pytest_plugin", "migrate", "lint", "ddp"}
+# Modules anyone may import: they import nothing of the package beyond other leaves.
+LEAVES = {"errors", "_procfs", "_role", "config", "launched.detect"}
+# layer -> layers it may import (besides itself and the leaves).
+ALLOWED = {
+    "wire": set(),
+    "rank": {"wire"},
+    "verdict": {"wire"},
+    "template": {"wire"},
+    "controller": {"wire", "verdict", "template"},
+    "launched": {"wire", "rank", "verdict"},
+    "torch_compat": {"api"},
+    "api": {"wire", "rank", "verdict", "template", "controller", "launched", "torch_compat"},
+}
+# What each leaf may import: nothing but other leaves and the wire format.
+LEAF_ALLOWED = {
+    "errors": set(),
+    "_procfs": set(),
+    "launched.detect": {"errors", "wire.env"},
+    "_role": {"launched.detect", "wire.messages", "wire.outcome", "wire.env", "errors"},
+    "config": {"errors", "wire.env", "wire.messages", "wire.outcome"},
+}
+# The declared exceptions: (importer, imported) and why.
+EXCEPTIONS = {
+    ("controller.processes", "rank.main"),  # the rank process's target function
+    ("template.preload_recorder", "rank.recorder"),  # preloaded: ranks start with the wrappers in place
+    ("template.preload_migration", "migrate"),  # preloaded: ranks import a migrated module as the controller did
+    ("template.server", "migrate"),  # whether the migration is in use decides the preload list
+}
+# Modules that run in every rank process (its module-level imports, transitively):
+# none of them may bring the controller, the verdict or a launcher's code along.
+RANK_ENTRY = "rank.main"
+NOT_IN_RANKS = ("controller", "verdict", "launched", "template")
+
+
+def modules() -> Dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        name = ".".join(parts[:-1]) if parts[-1] == "__init__" and len(parts) > 1 else ".".join(parts)
+        found[name] = path
+    return found
+
+
+MODULES = modules()
+
+
+def _target(node: ast.AST, name: str) -> List[str]:
+    """Package modules an import node names (``continuous_test.x.y`` -> ``x.y``)."""
+    found = []
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.name == "continuous_test":
+                found.append("__init__")
+            elif alias.name.startswith("continuous_test."):
+                found.append(alias.name.split(".", 1)[1])
+    elif isinstance(node, ast.ImportFrom) and node.module:
+        if node.module == "continuous_test":
+            for alias in node.names:
+                found.append(alias.name if alias.name in MODULES else "__init__")
+        elif node.module.startswith("continuous_test."):
+            base = node.module.split(".", 1)[1]
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.append(sub if sub in MODULES else base)
+    return found
+
+
+def imports() -> Dict[str, Set[Tuple[str, bool]]]:
+    """module -> {(imported module, at module level)}."""
+    edges: Dict[str, Set[Tuple[str, bool]]] = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        top = {id(n) for n in tree.body}
+        found: Set[Tuple[str, bool]] = set()
+        for node in ast.walk(tree):
+            for target in _target(node, name):
+                if target != name:
+                    found.add((target, id(node) in top))
+        if name == "__init__":  # the public names it imports lazily
+            found |= {(m.split(".", 1)[1], False) for m in re.findall(r'"(continuous_test\.[\w.]+)"', path.read_text())}
+        edges[name] = found
+    return edges
+
+
+EDGES = imports()
+
+
+def layer(module: str) -> str:
+    if module in LEAVES:
+        return "leaf"
+    if module in API:
+        return "api"
+    return module.split(".")[0]
+
+
+def test_every_module_has_a_layer():
+    unknown = [m for m in MODULES if layer(m) not in ALLOWED and layer(m) != "leaf"]
+    assert unknown == [], "give these modules a place in the layout (and in docs/design.rst)"
+
+
+def test_imports_go_only_where_the_layout_allows():
+    wrong = []
+    for module, targets in EDGES.items():
+        for target, _ in targets:
+            if (module, target) in EXCEPTIONS or target == "__init__" and layer(module) != "leaf":
+                continue
+            if layer(module) == "leaf":
+                ok = target in LEAF_ALLOWED[module] or target.split(".")[0] == "wire" and module == "config"
+            else:
+                ok = layer(target) in ALLOWED[layer(module)] | {layer(module), "leaf"}
+            if not ok:
+                wrong.append(f"{module} -> {target}")
+    assert wrong == []
+
+
+def test_the_wire_format_and_the_leaves_import_only_each_other():
+    for module, targets in EDGES.items():
+        if layer(module) == "wire":
+            assert {t for t, _ in targets} <= {m for m in MODULES if m.startswith("wire.")} | {"errors"}, module
+
+
+def test_there_is_no_import_cycle():
+    graph = {m: {t for t, _ in targets} for m, targets in EDGES.items()}
+    cycles = []
+    state: Dict[str, int] = {}
+
+    def visit(node: str, path: List[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    # The package root imports its submodules' names lazily (by string, on first use):
+    # an edge into it is a name it re-exports, not a cycle at import time.
+    assert [c for c in cycles if not c.startswith("__init__")] == []
+
+
+def test_ranks_load_no_controller_code():
+    seen, todo = set(), [RANK_ENTRY]
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        todo += [t for t, top in EDGES.get(module, ()) if top and t != "__init__"]
+    assert sorted(m for m in seen if m.startswith(NOT_IN_RANKS) and layer(m) != "leaf") == []
+
+
+def test_no_module_finds_another_by_name():
+    pattern = re.compile(r"""(sys\.modules(\.get)?\s*[\[(]|import_module\()\s*f?["']continuous_test""")
+    found = [f"{m}: {line.strip()}" for m, path in MODULES.items() for line in path.read_text().splitlines()
+             if pattern.search(line)]
+    assert found == []
+
+
+def test_the_preload_list_names_modules_that_exist():
+    text = (PACKAGE / "template" / "server.py").read_text()
+    named = re.findall(r'"continuous_test\.([\w.]+)"', text)
+    assert named and all(n in MODULES for n in named), named
+
+
+def test_a_broken_rule_is_caught(monkeypatch):
+    # The check itself can fail: an import of the controller from the rank side is reported.
+    monkeypatch.setitem(EDGES, "rank.run", EDGES["rank.run"] | {("controller.world", True)})
+    with pytest.raises(AssertionError):
+        test_imports_go_only_where_the_layout_allows()
+    with pytest.raises(AssertionError):
+        test_ranks_load_no_controller_code()
+    monkeypatch.setitem(EDGES, "wire.env", EDGES["wire.env"] | {("wire.messages", False)})
+    monkeypatch.setitem(EDGES, "wire.messages", EDGES["wire.messages"] | {("wire.env", False)})
+    with pytest.raises(AssertionError):
+        test_there_is_no_import_cycle()
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
