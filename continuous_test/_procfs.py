@@ -16,7 +16,7 @@ from typing import List
 
 
 def running(pid: int) -> bool:
-    """True if process ``pid`` exists and is not a zombie (used for ranks that are not our children)."""
+    """True if process ``pid`` exists and is not a zombie; also for processes that are not our children."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"

@@ -4,17 +4,20 @@
   itself an ``expecttest.TestCase``) whose ``assertEqual`` keeps torch's semantics and
   names where nested values differ; usable on its own, in one process.  Being torch's
   class is what lets torch's ``run_tests()`` and its helpers accept these classes.
-* :class:`MultiProcContinuousTest`: every test runs on every rank of one persistent
-  world per class.  Its ``run(result)`` picks a role:
+* :class:`MultiProcContinuousTest`: every test runs on every rank of one shared
+  world per class, which lives as long as the class.  Its ``run(result)`` picks the
+  role of this process (:func:`continuous_test._role.current_role`) and hands off:
 
-  - inside a rank of a dispatcher world: run the test for real (``unittest``'s own run);
-  - under torchrun or srun: run in place and exchange outcomes through the store
+  - in a rank of a shared world: run the test for real (``unittest``'s own run);
+  - launched (torchrun, srun): run in place and exchange outcomes through the store
     (:mod:`continuous_test.launched.run`);
-  - otherwise this process is the controller: dispatch to the class's world
-    (:mod:`continuous_test.controller.world`) and replay the merged verdict into ``result``.
+  - otherwise this process is the controller: :mod:`continuous_test.controller.dispatch`
+    runs the test in the class's shared world (:mod:`continuous_test.controller.world`)
+    and replays the merged verdict into ``result``.
 
-The rank side imports this module, so the controller is only imported lazily, on
-the controller path.
+The rank side imports this module, so the controller's dispatch and worlds are only
+imported lazily, on the controller path; at import, only the light
+:mod:`continuous_test.controller.shuffle` is loaded (for ``python -m unittest``).
 """
 from __future__ import annotations
 
@@ -90,9 +93,9 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
         """unittest's setUp (see the class docstring)."""
         unittest.TestCase.setUp(self)
 
-    # Set (by replay.run_with) while the controller replays a verdict under
-    # unittest's own run: setUp and tearDown ran in the ranks, and the test's body
-    # is the verdict.
+    # Set (by replay.run_with) while a verdict is replayed under unittest's own run
+    # (in the controller, or in a launched rank): setUp and tearDown ran where the
+    # test ran, and the test's body is the verdict.
     _ct_verdict_source: Optional[Callable[[], Any]] = None
 
     def _callSetUp(self) -> None:  # noqa: N802 - unittest's seam
@@ -119,13 +122,13 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
                     rtol: Optional[float] = None, equal_nan: bool = True, exact_dtype: bool = True,
                     exact_device: bool = False, exact_layout: bool = False, exact_stride: bool = False,
                     exact_is_coalesced: bool = False) -> None:
-        """Compare tensors, arrays, numbers and nested containers as torch's assertEqual does (tests call this)."""
+        """Compare tensors, arrays, numbers and nested containers as torch's assertEqual does."""
         try:
             assert_equal.assert_equal(first, second, rtol=rtol, atol=atol, equal_nan=equal_nan,
-                                 exact_dtype=exact_dtype, exact_device=exact_device, exact_layout=exact_layout,
-                                 exact_stride=exact_stride, exact_is_coalesced=exact_is_coalesced,
-                                 rtol_floor=getattr(self, "rel_tol", 0.0),
-                                 atol_floor=getattr(self, "precision", 0.0), fallback=self._plain_assert_equal)
+                                      exact_dtype=exact_dtype, exact_device=exact_device, exact_layout=exact_layout,
+                                      exact_stride=exact_stride, exact_is_coalesced=exact_is_coalesced,
+                                      rtol_floor=getattr(self, "rel_tol", 0.0),
+                                      atol_floor=getattr(self, "precision", 0.0), fallback=self._plain_assert_equal)
         except assert_equal.Mismatch as exc:
             text = msg(str(exc)) if callable(msg) else self._formatMessage(msg, str(exc))
             raise self.failureException(text) from None
@@ -157,7 +160,7 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
         """expecttest's check; when accepting in a world, only rank 0 rewrites the file.
 
         Every rank records the value it accepts, so a value that differs between
-        ranks fails the test (:mod:`continuous_test.verdict.report`) instead of passing on
+        ranks fails the test (:mod:`continuous_test.verdict.merge`) instead of passing on
         the strength of rank 0 alone.
         """
         rank = _role.rank() if os.environ.get("EXPECTTEST_ACCEPT") else None
@@ -215,7 +218,7 @@ class MultiProcContinuousTest(TestCase):
 
     @classmethod
     def _init_pg(cls, rank: int, world_size: int, rdvz_file: str) -> None:
-        """Create the default process group on a FileStore; each rank calls this at start."""
+        """Create the default process group (``cls.pg``) on a FileStore at ``rdvz_file``, in a rank before its tests."""
         import torch.distributed as dist
 
         cls.rdvz_file = rdvz_file

@@ -221,7 +221,7 @@ _OVERRIDES: contextvars.ContextVar[Overrides] = contextvars.ContextVar("continuo
 
 @contextlib.contextmanager
 def overridden(overrides: Overrides) -> Iterator[None]:
-    """Apply the runner's settings while one test runs; the pytest plugin wraps each test in this."""
+    """Make ``overrides`` the runner's settings within the block (one test's run); the previous ones after it."""
     token = _OVERRIDES.set(overrides)
     try:
         yield
@@ -242,7 +242,7 @@ def _env_seconds(name: str, env: Mapping[str, str], what: str) -> Optional[float
 
 
 def test_time_limit(cls: type, method: Optional[Callable], env: Mapping[str, str] = os.environ) -> float:
-    """Resolve the time limit of one test; the controller calls this before dispatching it."""
+    """The time limit of one test in seconds, by the precedence above, times ``CONTINUOUS_TEST_TIMEOUT_SCALE``."""
     overrides = current_overrides()
     limit = overrides.time_limit
     if limit is None:
@@ -317,9 +317,9 @@ def torch_testcase_wanted(env: Mapping[str, str] = os.environ) -> Optional[bool]
 def check_switches(env: Mapping[str, str] = os.environ) -> Dict[str, Optional[bool]]:
     """Every on/off switch of the run (:data:`~continuous_test.wire.env.SWITCHES`), defaults filled in.
 
-    Raises ConfigError naming a bad one.  Whoever controls a test calls this
-    before anything is sent, so that a rank, which reads some of them too, never
-    meets a value it cannot use.
+    Raises ConfigError naming a bad one.  Checked before anything is sent to a
+    rank, so that a rank, which reads some of them too, never meets a value it
+    cannot use.
     """
     values = {name: switch_if_set(name, env) for name in SWITCHES}
     return {name: SWITCHES[name] if value is None else value for name, value in values.items()}
@@ -330,7 +330,7 @@ def check_switches(env: Mapping[str, str] = os.environ) -> Dict[str, Optional[bo
 
 def resolve(cls: type, world_size: Optional[int] = None, check_importable: bool = True,
             env: Mapping[str, str] = os.environ) -> ClassSettings:
-    """Read and check ``cls``'s settings; the controller calls this before starting a world.
+    """Read and check ``cls``'s settings: ConfigError for a bad value, SkipTest for a backend or device missing here.
 
     ``world_size`` is the size a launcher already started (torchrun, srun), which the
     class is then checked against by the caller.
@@ -459,7 +459,7 @@ def parse_leak_policy(value: Any, source: str) -> str:
 
 
 def set_cli_leaks(value: Optional[str], env: Any = os.environ) -> None:
-    """Install ``--ct-leaks``: exported in the environment, which ranks inherit; the plugin calls this."""
+    """Export ``--ct-leaks`` (if given; ConfigError if bad) as CONTINUOUS_TEST_LEAKS in ``env``, which ranks inherit."""
     if value is not None:
         env[ENV_LEAKS] = parse_leak_policy(value, "the --ct-leaks option")
 
@@ -476,7 +476,7 @@ def _marked_policy(obj: Any, where: str) -> Optional[str]:
 
 
 def leak_policy(cls: type, method: Optional[Callable], env: Mapping[str, str] = os.environ) -> str:
-    """The leak policy of one test; the controller checks it, each rank applies it."""
+    """The leak policy of one test, by the precedence above; ConfigError naming a bad value."""
     raw = env.get(ENV_LEAKS)
     if raw is not None and raw.strip():
         return parse_leak_policy(raw, f"{ENV_LEAKS} environment variable")

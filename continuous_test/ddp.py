@@ -122,7 +122,7 @@ class BackwardInFlightError(RebindError, RuntimeError):
 
 
 def unwrap_ddp(model: Any) -> DistributedDataParallel:
-    """Return the DDP inside ``model``; called by update_process_group and helpers.
+    """Return the DDP inside ``model``.
 
     Accepts a DDP module or a ``torch.compile`` wrapper (``OptimizedModule``,
     possibly nested) whose ``_orig_mod`` is one. Anything else raises
@@ -139,7 +139,7 @@ def unwrap_ddp(model: Any) -> DistributedDataParallel:
 
 
 def update_process_group(model: Any, process_group: Any) -> None:
-    """Swap the process group under a DDP module; training code calls it between iterations.
+    """Swap the process group under a DDP module, in place; valid between iterations.
 
     Every rank of ``process_group`` must call this (it is collective in spirit:
     the reducer's bucket order is re-agreed over the new group on the next
@@ -186,7 +186,7 @@ def update_process_group(model: Any, process_group: Any) -> None:
 
 
 def broadcast_module_states(model: Any, src_group_rank: int = 0) -> None:
-    """Broadcast params and buffers over the DDP's group; members call it after growing it.
+    """Broadcast params and buffers over the DDP's group from ``src_group_rank``, e.g. after growing it.
 
     All ranks of the DDP's current group must call it. It is the same
     broadcast DDP's constructor performs (``parameters_to_ignore`` is honoured,

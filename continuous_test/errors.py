@@ -70,7 +70,7 @@ class ExpectMismatchError(AssertionError):
 
 
 class LeakWarning(UserWarning):
-    """A test left process-global state changed; issued by the controller under ``restore``."""
+    """A test left process-global state changed; the test's warning under the ``restore`` policy."""
 
 
 class LeakError(AssertionError):

@@ -90,7 +90,7 @@ def _class_for(module: Any, world_size: int, backend: Optional[str]) -> type:
 
 
 def function_classes(module: Any) -> List[type]:
-    """The hidden classes of ``module``; the pytest plugin stops their worlds after the module."""
+    """The hidden classes of ``module``: one per shared world its ``@distributed`` functions run in."""
     return [v for k, v in vars(module).items() if k.startswith("_DistributedFunctions_") and isinstance(v, type)]
 
 

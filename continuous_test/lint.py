@@ -154,7 +154,7 @@ class Problem:
     kind: Kind = field(default=Kind.VIOLATION)
 
     def format(self) -> str:
-        """Called by report to render the problem as one output line."""
+        """The problem as one output line: ``path:line: message``."""
         return f"{self.path}:{self.line}: {self.message}"
 
 
@@ -180,7 +180,7 @@ class Discovery(NamedTuple):
 
 
 def check_source(source: bytes | str, path: str) -> list[Problem]:
-    """Called by check_file (and tests) to check the contents of one file named path."""
+    """The problems of ``source``, the contents of the file named ``path``."""
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as exc:
@@ -212,7 +212,7 @@ def check_source(source: bytes | str, path: str) -> list[Problem]:
 
 
 def check_file(path: str) -> list[Problem]:
-    """Called by check_files, in this process or a pool worker, for each file to check."""
+    """Read and check the file ``path``; a file that cannot be read is one problem."""
     try:
         with open(path, "rb") as f:
             source = f.read()
@@ -222,7 +222,7 @@ def check_file(path: str) -> list[Problem]:
 
 
 def check_files(files: Sequence[str], jobs: int = 1) -> list[Problem]:
-    """Called by main to check every discovered file, in a process pool when jobs > 1."""
+    """Check ``files``: in this process, or in a pool of up to ``jobs`` processes once each gets enough files."""
     workers = min(jobs, len(files) // _MIN_FILES_PER_JOB)
     if workers <= 1:
         results: Iterable[list[Problem]] = map(check_file, files)
@@ -360,7 +360,7 @@ def discover_files(
     globs: Sequence[str] = DEFAULT_GLOBS,
     excludes: Sequence[str] = (),
 ) -> Discovery:
-    """Called by main to turn existing command-line paths into the sorted files to check.
+    """Turn existing paths into the sorted files to check, and the directories that could not be listed.
 
     A directory is walked for files matching globs; a file is taken whatever its name. Both
     honour excludes, matched against the path as shown, the path relative to the current
@@ -430,7 +430,7 @@ def _matches_any(names: Iterable[str], patterns: Sequence[str]) -> bool:
 
 
 def report(problems: Sequence[Problem], n_files: int, quiet: bool = False) -> None:
-    """Called by main to print problems to stdout and, unless quiet, a summary to stderr."""
+    """Print ``problems`` to stdout and, unless ``quiet``, a summary to stderr."""
     for problem in problems:
         print(problem.format(), file=sys.stdout)
     if quiet:
@@ -445,7 +445,7 @@ def report(problems: Sequence[Problem], n_files: int, quiet: bool = False) -> No
 
 
 def exit_code(problems: Iterable[Problem]) -> ExitCode:
-    """Called by main to map the problems found to the process exit status."""
+    """The process exit status for ``problems``: ERROR if a file could not be checked, else PROBLEMS or OK."""
     kinds = {problem.kind for problem in problems}
     if Kind.ERROR in kinds:
         return ExitCode.ERROR
@@ -453,7 +453,7 @@ def exit_code(problems: Iterable[Problem]) -> ExitCode:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Called by the console script and ``python -m continuous_test.lint``; returns exit code."""
+    """Run the checker with command line ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     try:
         options = _parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help and on usage errors

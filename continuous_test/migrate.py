@@ -8,7 +8,7 @@ bases and decorators (:data:`REPLACED`) are continuous_test's, so the module's
 module imported anywhere else keeps torch's.  The rank processes import the
 module too: when a migrated module was collected, the template that ranks are
 forked from installs the same replacement for good
-(:mod:`continuous_test._migrate_template`), so a rank defines the class exactly
+(:mod:`continuous_test.template.preload_migration`), so a rank defines the class exactly
 as the controller did.  Outside pytest (``python file.py``) a file migrates by its
 own import line instead.
 """
@@ -51,7 +51,7 @@ def install() -> Saved:
 
 
 def restore(saved: Saved) -> None:
-    """Put torch's own names back; :func:`replaced` calls this when the import is done."""
+    """Put torch's own names back: what :func:`install` replaced, as it returned them in ``saved``."""
     for module, name, value in reversed(saved):
         setattr(module, name, value)
 
@@ -69,7 +69,7 @@ def replaced() -> Iterator[None]:
 
 
 def in_use() -> bool:
-    """Whether a migrated module was imported in this process; the template's preload list asks."""
+    """Whether a migrated module was imported in this process (then a template must install the migration too)."""
     return _used
 
 

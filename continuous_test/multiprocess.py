@@ -253,7 +253,7 @@ class MultiProcessTestCase(TestCase):
     # -- rank side ---------------------------------------------------------------------
 
     def init_pg(self, backend: Optional[str] = None, **kwargs: Any):
-        """Create the default process group on this test's own rendezvous; tests call this in a rank."""
+        """Create the default process group on this test's own rendezvous, and wait for every rank's (in a rank)."""
         import torch.distributed as dist
 
         assert self.file_name is not None, "init_pg() runs in a rank, after the ranks were started"
@@ -269,11 +269,13 @@ INIT_BARRIER_EXPIRED = ("init_pg(): after {seconds:g} s, rank(s) {ranks} had not
 
 
 def init_barrier(store: Any, rank: int, world_size: int) -> None:
-    """Return only once every rank's ``init_process_group`` returned; ``init_pg`` calls this.
+    """Return once all ``world_size`` ranks reached this call on ``store``; TimeoutError after INIT_BARRIER_TIMEOUT s.
 
-    Without it, a rank that destroys its group and exits at once can close its end
-    while a peer is still connecting (gloo: "connectFullMesh failed ... Connection
-    closed by peer").  The store, not the group, carries it: the test may break the group.
+    Right after ``init_process_group`` (as in ``init_pg``), it returns once every
+    rank's ``init_process_group`` returned.  Without it, a rank that destroys its
+    group and exits at once can close its end while a peer is still connecting
+    (gloo: "connectFullMesh failed ... Connection closed by peer").  The store, not
+    the group, carries it: the test may break the group.
     """
     store.set(f"continuous_test/init/{rank}", "1")
     keys = [f"continuous_test/init/{r}" for r in range(world_size)]

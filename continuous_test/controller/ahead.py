@@ -70,7 +70,7 @@ def next_in_suite(case: unittest.TestCase) -> Optional[unittest.TestCase]:
 
 
 def set_pytest_next(current: Optional[Tuple[type, str, str]]) -> None:
-    """The pytest plugin's hint for the item it runs now: (class, method, next method), or None."""
+    """Set the hint for the pytest item running now, (class, method, next method), or clear it with None."""
     global _pytest_next
     _pytest_next = current
 
@@ -78,7 +78,7 @@ def set_pytest_next(current: Optional[Tuple[type, str, str]]) -> None:
 def next_test(case: unittest.TestCase) -> Optional[str]:
     """The method the runner runs right after ``case`` in the same world, if certain; else None.
 
-    Called from within ``case``'s run, a few frames below the suite that runs it.
+    Valid only within ``case``'s run, a few frames below the suite that runs it.
     """
     cls, method = type(case), case._testMethodName
     if not _class_allows(cls):
@@ -116,7 +116,7 @@ def _class_allows(cls: type) -> bool:
 
 
 def _ours(cls: type) -> int:
-    """The index in ``cls.__mro__`` of the first class of this library (its ``run`` is the dispatcher)."""
+    """The index in ``cls.__mro__`` of the first class of this library (its ``run`` picks the role)."""
     for index, klass in enumerate(cls.__mro__):
         if klass.__module__.startswith("continuous_test."):
             return index

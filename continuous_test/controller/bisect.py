@@ -2,7 +2,7 @@
 
 How data flows (controller side only)::
 
-    case._dispatch ── verdict ──► after_test(world, test, verdict)
+    dispatch ──────── verdict ──► after_test(world, plan, verdict)
                                      │ passed: remember it in the world's history
                                      │ failed: diagnose(history, test)
                                      ▼
@@ -79,7 +79,7 @@ class _Stop(Exception):
 
 
 def reset_budget() -> None:
-    """Forget the time spent so far; tests of this module call it."""
+    """Forget the time spent so far: the whole budget is available again."""
     global _spent
     _spent = 0.0
 

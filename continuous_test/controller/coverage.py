@@ -29,10 +29,7 @@ _settings_cache: tuple | None = None
 
 
 def rank_environment() -> dict[str, str]:
-    """The environment of new ranks; ``world.start_ranks`` calls this for every world it starts.
-
-    The controller's environment, plus its coverage settings when it is measuring.
-    """
+    """The environment of ranks started now: the controller's, plus its coverage settings when it is measuring."""
     global _settings_cache
     env = dict(os.environ)
     env.pop(ENV_COVERAGE, None)
@@ -62,10 +59,10 @@ def _rank_files(cov: Any) -> list:
 
 
 def merge_rank_data() -> None:
-    """Fold the data of this controller's ended ranks into its measurement; ``world.kill_ranks`` calls this.
+    """Fold the data of this controller's ended ranks into its measurement.
 
-    Done as each world ends, while the measurement still runs: ``coverage run``
-    stops and saves it before ``atexit`` hooks run.
+    Due as ranks end, while the measurement still runs: ``coverage run`` stops
+    and saves it before ``atexit`` hooks run.
     """
     cov = _current()
     if cov is None:

@@ -64,7 +64,7 @@ class RankProcess:
         return os.fstat(self.log_fd).st_size
 
     def read_output(self) -> str:
-        """What the rank wrote since the last call; the controller calls this per test."""
+        """What the rank wrote since the last call (or :meth:`mark_output`), output read early first."""
         size = self.log_size()
         data = os.pread(self.log_fd, size - self.log_offset, self.log_offset) if size > self.log_offset else b""
         self.log_offset += len(data)
@@ -132,7 +132,7 @@ def start_ranks(cls: type, settings: ClassSettings, world_dir: str, kind: RankKi
                 method: Optional[str] = None, rendezvous: Optional[str] = None) -> List[RankProcess]:
     """Start ``settings.world_size`` ranks: spares forked ahead if there are, else forked now.
 
-    Worlds and fresh ranks call this; each rank starts with the kind its spec gives.
+    Each rank starts as ``kind`` (shared or fresh); retired ranks that ended are reaped first.
     """
     reap_retired()
     specs = rank_specs(cls, settings, world_dir, kind, method, rendezvous)
@@ -213,7 +213,7 @@ class Spares:
         return ranks
 
     def discard(self, owner: Optional[type] = None) -> None:
-        """Kill the spares (only ``owner``'s, if given); a class's end and interpreter exit call this."""
+        """Kill the spares (only ``owner``'s, if given) and remove their directory."""
         if owner is not None and owner is not self._owner:
             return
         ranks, self._ranks, self._owner = self._ranks, [], None
@@ -276,7 +276,7 @@ def retire(ranks: Sequence[RankProcess]) -> None:
 def reap_retired(timeout: Optional[float] = None) -> None:
     """Reap the retired ranks that ended; with ``timeout``, all of them, waiting that long at most.
 
-    Rank starts call this without a timeout; a class's end and interpreter exit with one.
+    Without a timeout it never waits.
     """
     if timeout is not None:
         _join_all(_RETIRED, timeout)

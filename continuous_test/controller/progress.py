@@ -64,7 +64,7 @@ _where = _Where()
 
 
 def observe(result: Any) -> None:
-    """Note how verbose a unittest result is and where it prints; the controller's ``run`` calls this."""
+    """Note how verbose a unittest ``result`` is and where it prints; ignored while pytest's terminal is used."""
     if _where.pytest:
         return
     stream = getattr(result, "stream", None)
@@ -73,12 +73,12 @@ def observe(result: Any) -> None:
 
 
 def use_pytest(verbose: bool, emit: Optional[Emit], live: Optional[bool]) -> None:
-    """Print progress through pytest's terminal; the pytest plugin calls this at configure time."""
+    """Print progress through pytest's terminal (``emit``) from now on, until :func:`use_unittest`."""
     _where.verbose, _where.emit, _where.live, _where.pytest = verbose, emit, live, True
 
 
 def use_unittest() -> None:
-    """Forget pytest's terminal; the pytest plugin calls this when its session ends."""
+    """Forget pytest's terminal and options: progress goes to unittest results again."""
     global _where
     _where = _Where()
 
@@ -127,7 +127,7 @@ def _stderr(line: str, first: bool) -> None:
 
 
 class Progress:
-    """Heartbeats and live output of one test; :meth:`ranks.Watch.wait` calls it when due."""
+    """Heartbeats and live output of one test: :meth:`tick` prints what is due at :meth:`next_due`."""
 
     def __init__(self, test: str, limit: float, handles: Dict[int, Any], beat: float, live: bool, emit: Emit,
                  start: Optional[float] = None) -> None:
@@ -160,7 +160,7 @@ class Progress:
             self.next_beat = now + self.beat
 
     def finish(self) -> None:
-        """Show the last of the ranks' output; the wait loop calls this as it returns."""
+        """Show the last of the ranks' output, unfinished lines included."""
         if self.handles:
             self._show_output(final=True)
 

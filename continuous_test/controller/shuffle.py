@@ -45,7 +45,7 @@ def random_seed() -> int:
 
 
 def install(loader: unittest.TestLoader, seed: int, announce: bool = True) -> unittest.TestLoader:
-    """Make ``loader`` shuffle test methods and classes; ``run_tests()`` calls this."""
+    """Make ``loader`` shuffle test methods and classes by ``seed`` (announced once if ``announce``); returns it."""
     def compare(a: str, b: str) -> int:
         ka, kb = order_key(seed, a), order_key(seed, b)
         return (ka > kb) - (ka < kb)
@@ -76,7 +76,7 @@ def _first_class(group: Any) -> str:
 
 
 def install_default() -> None:
-    """Shuffle ``python -m unittest`` too when CONTINUOUS_TEST_SHUFFLE is set; case.py calls this at import."""
+    """Make unittest's default loader (``python -m unittest``) shuffle when CONTINUOUS_TEST_SHUFFLE is set, once."""
     seed = config.shuffle_seed()
     loader = unittest.defaultTestLoader
     if seed is not None and getattr(loader, _INSTALLED, None) is None:

@@ -97,7 +97,7 @@ class Watch:
         self.declared: set = set()
 
     def close(self) -> None:
-        """Release the selector; the world calls this before killing its ranks."""
+        """Release the selector; no wait may follow."""
         self._selector.close()
 
     # -- the one wait loop -----------------------------------------------------------
@@ -137,7 +137,7 @@ class Watch:
             self._ended_early(handle, state, goal)
 
     def deaths(self) -> Dict[int, Optional[int]]:
-        """Ranks that ended since the last wait, without blocking; checked before each test."""
+        """Ranks that ended since the last wait (or call), with their exit codes; never blocks."""
         found: Dict[int, Optional[int]] = {}
         for key, _ in self._selector.select(0):
             source, handle = key.data

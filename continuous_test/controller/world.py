@@ -146,7 +146,8 @@ class World:
         # Ranks that died outside any test, reported when the world stops.
         self.late_deaths: List[LateDeath] = []
         self._watch: Optional[Watch] = None
-        # The test sent ahead (continuous_test.controller.ahead): (method, (sequence number, send time)), until run_test takes it.
+        # The test sent ahead (continuous_test.controller.ahead): (plan, (sequence number, send time)),
+        # until run_test takes it.
         self._ahead: Optional[Tuple[TestPlan, Tuple[int, float]]] = None
         self.sent_ahead = 0  # how many tests were sent ahead (test_ahead's scenarios read it)
         self.starts = 0  # how many times the ranks were started (bisect's history is per start)
@@ -159,7 +160,7 @@ class World:
     # -- starting -----------------------------------------------------------------
 
     def ensure_started(self) -> None:
-        """Start the world unless it is READY; the test case calls this before each test."""
+        """Start the world unless it is READY, after stopping what is left of it."""
         if self.state is WorldState.READY:
             return
         self.stop(graceful=False)
@@ -279,7 +280,7 @@ class World:
                 and all(m.is_plain_pass() for m in waited.replies.values()))
 
     def _ahead_sent(self, plan: TestPlan) -> Optional[Tuple[int, float]]:
-        """The sequence number and send time of ``plan``'s test if it was sent ahead; a different test sent ahead is stopped.
+        """``plan``'s sequence number and send time if it was sent ahead; a different test sent ahead is stopped.
 
         A death since the last test is then the running test's fault, not a
         death between tests: the rank was already in it.
@@ -409,7 +410,7 @@ _WORLDS: Dict[type, World] = {}
 
 
 def world_for(cls: type, settings: config.ClassSettings) -> World:
-    """The world of ``cls``, created on first use; the test case calls this."""
+    """The world of ``cls``, created on first use; one with other settings is stopped and replaced."""
     world = _WORLDS.get(cls)
     if world is None or world.settings != settings:
         if world is not None:
@@ -419,7 +420,7 @@ def world_for(cls: type, settings: config.ClassSettings) -> World:
 
 
 def start_world_for(cls: type) -> World:
-    """Check ``cls``'s configuration and return its started world; called before each test.
+    """Return the started world of ``cls``; unless it is READY, its configuration is checked first.
 
     A world that failed to start is not retried for the rest of the class: every
     later test reports the same error (or skip) at once.
@@ -452,7 +453,7 @@ def _again(error: BaseException, cls: type) -> BaseException:
 
 
 def stop_world(cls: type) -> None:
-    """Stop the world of ``cls``; ``tearDownClass`` calls this, and it fails if a rank died outside a test."""
+    """Stop the world of ``cls``, if it has one; raises RankDiedError if a rank died outside a test."""
     world = _WORLDS.pop(cls, None)
     if world is None:
         return

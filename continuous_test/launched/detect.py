@@ -1,7 +1,8 @@
 """How this process was launched: by a plain test runner, by torchrun, or by srun.
 
 * **none**: ``python test_x.py``, ``python -m unittest``, ``pytest``.  This
-  process becomes the controller and starts the ranks itself.
+  process becomes the controller and starts the ranks itself (the ranks it starts
+  read as none too: :data:`ENV_RANK_MARKER` tells them from a launcher's).
 * **torchrun**: torchrun (or any launcher that exports ``RANK``, ``WORLD_SIZE``,
   ``MASTER_ADDR`` and ``MASTER_PORT``).  This process is one rank and runs the
   tests in place, with ``env://`` rendezvous.
@@ -88,10 +89,10 @@ _detected: Optional[Launch] = None
 
 
 def detect(env: Optional[Mapping[str, str]] = None) -> Launch:
-    """Classify the current process; ``run_tests`` and the test cases call this.
+    """How this process (or one with environment ``env``) was launched.
 
     Without ``env`` the answer for this process's own environment is computed once:
-    the launch does not change while the process runs (``run_tests`` even exports
+    the launch does not change while the process runs (:func:`export_env` even sets
     variables that would change the answer for srun).
     """
     global _detected
@@ -200,7 +201,7 @@ def tasks_per_node(value: str) -> List[int]:
 
 
 def export_env(launch: Launch, env: MutableMapping[str, str] = os.environ) -> None:
-    """Export the ``env://`` variables for a Slurm launch; ``run_tests`` calls this first."""
+    """Export the ``env://`` variables of a Slurm launch (nothing otherwise); due before any rendezvous."""
     if launch.mode is not Mode.SLURM:
         return
     env.setdefault("MASTER_ADDR", str(launch.master_addr))

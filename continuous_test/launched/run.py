@@ -1,8 +1,9 @@
 """Running tests in place when an external launcher (torchrun, srun) started the ranks.
 
-Each launched process is one rank.  It reaches the launcher's store once (torchrun's
-agent store, or a store that rank 0 hosts under srun), joins the default process
-group on it, and runs every test itself::
+Each launched process is one rank and its own controller.  It reaches the launcher's
+store once (torchrun's agent store, or a store that rank 0 hosts under srun), joins
+the default process group on it (:mod:`continuous_test.launched.join`), and runs
+every test itself::
 
     launcher ──> rank r: connect to the store (run-scoped keys) ── await every rank
                    │
@@ -16,16 +17,17 @@ group on it, and runs every test itself::
 Outcomes travel through the store, never through the process group, which the
 test may have broken.  The exchange after each test is also the barrier that
 brings every rank to a known point, from which a broken default group can be
-replaced: a new group on new keys, while the old one is abandoned (shutting down
-a broken gloo group can hang).  Every key lives under the launch's ``run_id``
-(:mod:`continuous_test.launched.detect`), so a rank that reached another run's store never
-joins that run's world.
+replaced (:func:`continuous_test.launched.join.rebuild`): a new group on new keys,
+while the old one is abandoned (shutting down a broken gloo group can hang).  Every
+key lives under the launch's ``run_id`` (:mod:`continuous_test.launched.detect`), so
+a rank that reached another run's store never joins that run's world.
 
-A per-test time limit runs on each rank.  When it expires the rank prints which test
-it was running and the stacks of all its threads, publishes that it timed out (so
-its peers stop waiting and report it), prints the errors its peers have published
-for the test (so a failing rank's error is seen even when the reporting rank 0 is
-the one that times out), then exits non-zero, so the launcher ends the job.
+A per-test time limit runs on each rank (:mod:`continuous_test.launched.time_limit`).
+When it expires the rank prints which test it was running and the stacks of all its
+threads, prints the errors its peers have published for the test (so a failing
+rank's error is seen even when the reporting rank 0 is the one that times out),
+publishes that it timed out (so its peers stop waiting and report it), then exits
+non-zero, so the launcher ends the job.
 
 Every wait is bounded: the store connection and the arrival of every rank by the
 start timeout, the exchange by the time limit plus a margin, a group's rendezvous by
@@ -103,7 +105,7 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     outcome.records = recorder.snapshot()
     outcomes, faults = _exchange(joined, key, outcome, launch, limit)
     calls = timeline.lazy(lambda: timeline.build({r: records.parse(getattr(outcomes.get(r), "records", None) or b"")
-                                                    if r in outcomes else None for r in range(launch.world_size)}))
+                                                  if r in outcomes else None for r in range(launch.world_size)}))
     verdict = merge(test, launch.world_size, outcomes, faults, time_limit=limit,
                     note=STOPPED_NOTE if faults else None, timeline=calls)
     _after_test(cls, joined, launch, test, verdict, faults)
@@ -159,7 +161,7 @@ def _test_key(joined: Joined, test: str) -> str:
 
 def run_fresh_once(case: unittest.TestCase, result, launch: Launch,
                    run: Callable[[Any], Any]) -> Any:
-    """Run a MultiProcessTestCase test once per launch; its ``run`` calls this under a launcher.
+    """Run a MultiProcessTestCase test once per launch, and record its verdict on every launched rank.
 
     Launcher rank 0 runs it as without a launcher (``run``: fresh forked ranks) and
     publishes the verdict in the store; the other launcher ranks replay that verdict.
@@ -249,9 +251,3 @@ class _Recorder:
         if self.status[0] is Status.PASS:
             self.status = (Status.SKIP, reason)
         self._result.addSkip(test, reason)
-
-
-# -- joining ------------------------------------------------------------------------------
-
-
-# -- the per-test time limit ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Coverage of the code that runs inside ranks.
+"""Coverage of the code that runs inside ranks, the rank's half.
 
 A rank is forked from the template (not from the controller) and always ends with
 ``os._exit``, which skips the ``atexit`` hook where coverage.py saves its data.  So
@@ -22,8 +22,10 @@ How the controller's measurement reaches the ranks and comes back::
       controller's running measurement, which coverage.py (``coverage run``) or
       pytest-cov then saves and reports as usual
 
-The rank side never imports the controller; nothing here imports coverage.py
-unless the controller already did.
+The controller's half (``rank_environment()``, ``merge_rank_data()``) is
+:mod:`continuous_test.controller.coverage`; ``start_ranks`` is in
+:mod:`continuous_test.controller.processes`.  The rank side never imports the
+controller; nothing here imports coverage.py unless the controller already did.
 """
 from __future__ import annotations
 
@@ -51,14 +53,11 @@ def _current() -> Any:
     return current() if current is not None else None
 
 
-# ---------------------------------------------------------------------- controller side
-
-
 # ---------------------------------------------------------------------------- rank side
 
 
 def start_in_rank() -> None:
-    """Measure this rank as the controller measures itself; ``worker.rank_main`` calls this first."""
+    """Measure this rank as the controller measures itself, not as the template did; nothing before it is measured."""
     raw = os.environ.get(ENV_COVERAGE)
     inherited = _current()
     if inherited is not None:
@@ -86,7 +85,7 @@ _rank_cov: Any = None
 
 
 def _save_before_exit(cov: Any) -> None:
-    # A rank always ends with os._exit (worker.py), also when a test calls it,
+    # A rank always ends with os._exit (continuous_test.rank.main), also when a test calls it,
     # and os._exit skips atexit; coverage's own "[run] patch = _exit" does the same.
     global _rank_cov
     _rank_cov = cov
@@ -100,7 +99,7 @@ def _save_before_exit(cov: Any) -> None:
 
 
 def save_in_rank() -> None:
-    """Stop and save this rank's measurement now (once); a fresh rank calls this before it reports its exit."""
+    """Stop and save this rank's measurement now, once: a rank may be killed as soon as it reported its exit."""
     global _rank_cov
     cov, _rank_cov = _rank_cov, None
     if cov is not None:

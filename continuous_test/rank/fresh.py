@@ -1,8 +1,11 @@
 """The rank side of a :class:`~continuous_test.multiprocess.MultiProcessTestCase` test.
 
 A fresh rank runs exactly one test method (not ``setUp``/``tearDown``, which run in
-the controller, as in torch's class), reports its outcome, and exits with the code
-the test asked for (``sys.exit(code)``), or 0.  Never imports the controller.
+the controller, as in torch's class), destroys a default group the test left (unless
+``destroy_pg_upon_exit`` is False), saves its coverage, reports its outcome with the
+code it exits with, and exits: the code the test asked for (``sys.exit(code)``), else
+``TEST_ERROR_EXIT_CODE`` when the test failed (or could not be loaded), else 0.
+Never imports the controller.
 """
 from __future__ import annotations
 

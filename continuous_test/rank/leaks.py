@@ -2,9 +2,9 @@
 
 How data flows::
 
-    rank (rank.run.run_case)                        controller (verdict.merge)
+    rank (rank.run.run_case)                        controller (verdict.merge, verdict.leaks)
       before = take()                                 one LeakReport per rank
-      run the test, tearDown, cleanups                    │ judge(): same change on several
+      run the test, tearDown, cleanups                    │ the same change on several
       leaks = check(before, policy)   ──RankOutcome──►    │ ranks becomes one line "(ranks 0, 1)"
         restore what can be restored     .leaks           ▼
                                                       Verdict: warning text (restore), a failure
@@ -22,7 +22,7 @@ and removing them would break later tests.
 Policies (:data:`POLICIES`): ``restore`` puts back what can be put back and reports
 the leak as a warning; ``fail`` also fails the test; ``off`` takes no snapshot.
 What cannot be put back (a live thread, interop threads once parallel work
-started) is reported and the controller restarts the world before the next test.
+started) is reported, and the world is restarted before the next test.
 
 This is the rank's half: it takes and checks snapshots.  Formatting and judging
 the reports is the verdict's (:mod:`continuous_test.verdict.leaks`).
@@ -218,7 +218,7 @@ def _modules_unchanged(before: Snapshot) -> bool:
 
 
 def take() -> Snapshot:
-    """Snapshot process-global state; ``worker.run_case`` calls this before each test."""
+    """Snapshot the process-global state (:data:`WATCHED`) as it is now, for :func:`check` after a test."""
     return Snapshot()
 
 
@@ -249,7 +249,7 @@ def _groups() -> Tuple[Optional[Tuple[Any, int, int]], frozenset]:
 
 
 def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
-    """Compare with ``before``, put back what can be, and report; called after tearDown and cleanups."""
+    """Compare with ``before``, put back what can be, and report (None: no change); due after tearDown and cleanups."""
     found: List[Leak] = []
     _check_scalars(before, found)
     _check_env(before.env, found)
@@ -384,7 +384,7 @@ def _check_groups(before: Snapshot, found: List[Leak]) -> None:
     old = before.pg
     if (pg is None and old is not None) or (pg is not None and (old is None or pg[0] is not old[0])):
         restored = True
-        if pg is not None and old is not None:  # replaced: the worker re-initializes its own
+        if pg is not None and old is not None:  # replaced: the rank re-initializes its own
             restored = _destroy_default()
         found.append(Leak("default process group", _describe_pg(old), _describe_pg(pg), restored))
     new = [name for _, name in _new_groups(groups, before.groups, pg)]
@@ -423,6 +423,3 @@ def _show(value: Any) -> str:
 
 def _cut(text: str) -> str:
     return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 3] + "..."
-
-
-# -- controller side: merge and judge -----------------------------------------------

@@ -162,7 +162,7 @@ def _adopt(spec: RankSpec) -> None:
 
 
 def rank_main(spec: RankSpec, conn, control) -> None:
-    """Entry point of every rank process; started by the controller with its two pipes."""
+    """Entry point of every rank process (``conn``, ``control``: its ends of two pipes); the process ends in it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     _adopt(spec)
     _redirect_output(spec.log_file)

@@ -5,10 +5,10 @@ How data flows::
     test code ── dist.all_reduce(t) ──► recorded wrapper ──► torch's all_reduce
                                            │ record (waiting) before, status (returned / raised) after
                                            ▼
-                       mmap'd ring of fixed-size records (timeline.HEADER / timeline.RECORD)
-                       ├─ dispatcher worlds: <world dir>/rankN.records, read by the controller
+                       mmap'd ring of fixed-size records (wire.records HEADER / RECORD)
+                       ├─ a controller's ranks: <world dir>/rankN.records, read by the controller
                        │  directly, so a rank stuck holding the GIL still gets its timeline
-                       └─ torchrun / srun: in memory; snapshot() travels with the outcome
+                       └─ launched ranks (torchrun, srun): in memory; snapshot() travels with the outcome
 
 :func:`patch` replaces the public ``torch.distributed`` collectives and
 point-to-point functions by wrappers that record, call the original and return
@@ -133,7 +133,7 @@ def enabled_by_env(env: Any = os.environ) -> bool:
 
 
 def patch() -> None:
-    """Replace the public torch.distributed functions by recording wrappers (ranks only, once)."""
+    """Replace the public torch.distributed functions by recording wrappers, once (ranks and the template only)."""
     if _originals or not enabled_by_env():
         return
     import torch.distributed as dist
@@ -154,8 +154,8 @@ def rebind(module: Any) -> None:
 
     A rank forked from a template that is a fork of the controller inherits the
     test module as the controller imported it, before anything was wrapped:
-    ``from torch.distributed import barrier`` there is the original.  Ranks call
-    this for their test module once, after importing it.
+    ``from torch.distributed import barrier`` there is the original.  Needed once
+    per test module, after it is imported; nothing to do before :func:`patch`.
     """
     if not _originals or module is None:
         return
@@ -169,7 +169,7 @@ def rebind(module: Any) -> None:
 
 
 def _restore() -> None:
-    """Undo :func:`patch` and close the ring; unit tests call this to leave their process as it was."""
+    """Undo :func:`patch` and forget the ring, leaving this process as it was before."""
     global _ring, _active
     import torch.distributed as dist
 
@@ -229,7 +229,7 @@ def _compiling_check() -> Callable[[], bool]:
 
 
 def open_ring(path: Optional[str], rank: int, capacity: int = DEFAULT_CAPACITY) -> None:
-    """Start keeping records, in the file ``path`` (mode 0600) or in memory; a rank calls this once."""
+    """Start keeping records, in the file ``path`` (mode 0600) or in memory; later calls do nothing."""
     global _ring
     if not enabled_by_env() or _ring is not None:
         return
@@ -241,7 +241,7 @@ def open_ring(path: Optional[str], rank: int, capacity: int = DEFAULT_CAPACITY) 
 
 
 def begin_test(case: Any) -> None:
-    """Mark the start of a test; only its calls are reported.  Ranks call this before each test."""
+    """Mark the start of test ``case``: only its calls are reported from now on (none when recording is off for it)."""
     global _active
     ring = _ring
     if ring is None:
@@ -257,13 +257,13 @@ def recording() -> bool:
 
 
 def snapshot() -> Optional[bytes]:
-    """The current test's records in the file format, for a reader in another process (torchrun)."""
+    """The current test's records in the file format, for a reader in another process (launched ranks)."""
     ring = _active
     return ring.snapshot() if ring is not None else None
 
 
 def current_calls() -> Optional[tl.RankCalls]:
-    """This rank's calls in the current test, decoded; a launched rank's time-limit report uses it."""
+    """This rank's calls in the current test, decoded; None when this rank is not recording."""
     data = snapshot()
     return tl.parse(data) if data is not None else None
 
@@ -302,7 +302,7 @@ def _marks(holder: Any) -> list:
 
 
 class _Ring:
-    """Fixed-size records in a shared mapping, written in place; see :mod:`continuous_test.verdict.timeline`."""
+    """Fixed-size records in a shared mapping, written in place; the layout is :mod:`continuous_test.wire.records`."""
 
     def __init__(self, path: Optional[str], rank: int, capacity: int) -> None:
         size = tl.HEADER.size + capacity * tl.RECORD.size
@@ -389,7 +389,7 @@ class _Ring:
         return None if filename.startswith(self.skip) else os.path.basename(filename).encode()[:64]
 
     def snapshot(self) -> bytes:
-        """The header and the current test's records (at most the ring's), as :func:`timeline.parse` reads them."""
+        """The header and the current test's records (at most the ring's), in the records file format."""
         n = min(self.count - self.test_start, self.capacity)
         header = tl.HEADER.pack(tl.MAGIC, max(n, 1), tl.RECORD.size, self.rank, 1, self.count, self.test,
                                 self.test_start)

@@ -2,7 +2,9 @@
 
 :class:`RankResult` turns unittest's calls into picklable
 :class:`~continuous_test.wire.outcome.Event` records; a skip a test signals the
-way pytest or torch does is recorded as a skip.
+way pytest or torch does is recorded as a skip, and in a fresh rank a test's
+``sys.exit(code)`` is the exit it asks for, not an error.  The values
+``assertExpectedInline`` accepted are kept here until the test ends.
 """
 from __future__ import annotations
 
@@ -19,12 +21,12 @@ _expect_values: List[ExpectValue] = []
 
 
 def record_expect_value(where: str, actual: str) -> None:
-    """Remember a value expecttest accepts on this rank; ``assertExpectedInline`` calls this."""
+    """Remember ``actual``, the value expecttest accepts at ``where`` on this rank, until taken."""
     _expect_values.append(ExpectValue(where, actual))
 
 
 def take_expect_values() -> Tuple[ExpectValue, ...]:
-    """The values recorded since the last call; the rank calls this when a test ends."""
+    """Take the values recorded since the last call (one test's, when taken as it ends)."""
     if not _expect_values:
         return ()
     values = tuple(_expect_values)
@@ -33,7 +35,7 @@ def take_expect_values() -> Tuple[ExpectValue, ...]:
 
 
 class RankResult(unittest.TestResult):
-    """Records a rank's unittest events as :class:`Event` records; ranks run tests under it."""
+    """Records a rank's unittest events as :class:`Event` records (``exits_allowed``: ``sys.exit`` requests an exit)."""
 
     def __init__(self, exits_allowed: bool = False) -> None:
         super().__init__()

@@ -68,7 +68,7 @@ def template_cuda_initialized() -> bool:
 
 
 def import_test_class(module: str, qualname: str, module_file: Optional[str]) -> type:
-    """Find a test class by module and qualified name; ranks call this once at start."""
+    """The class ``qualname`` of ``module``, imported (or loaded from ``module_file``) and rebound to the recorder."""
     mod = sys.modules.get(module)
     if mod is None:
         try:
@@ -95,7 +95,7 @@ def _load_from_file(module: str, path: str):
 
 
 def set_world_size(cls: Any, world_size: int) -> None:
-    """Make ``cls.world_size`` the launched size in this rank, even where it was a property.
+    """Make ``cls.world_size`` the size its world was started with, in this rank, even where it was a property.
 
     The size a world was started with may come from an override (command line,
     marker) that the class itself does not know about; the rank process is
@@ -110,7 +110,7 @@ _expected_group: Any = None
 
 
 def remember_default_group() -> None:
-    """Record the default group just created; called after every join of a world."""
+    """Record the current default group as the one joined: :func:`default_group_changed` compares with it."""
     from torch.distributed import distributed_c10d as c10d
 
     global _expected_group
@@ -150,7 +150,7 @@ def run_case(case: unittest.TestCase, rank: int, policy: str) -> RankOutcome:
     recorder.begin_test(case)
     seed_everything(SEED)
     result = RankResult()
-    unittest.TestCase.run(case, result)  # the real run, not the dispatching override
+    unittest.TestCase.run(case, result)  # the real run, not the override that picks a role
     report = leaks.check(before, policy) if before is not None else None
     _release_subgroups(groups)
     flush_output()
@@ -183,7 +183,7 @@ def _release_subgroups(before: AbstractSet[Any]) -> None:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed torch, numpy and random identically; called before every test on every rank."""
+    """Seed ``random``, torch and numpy (if imported) with ``seed``: the same streams on every rank."""
     random.seed(seed)
     if _has_accelerator():
         torch.manual_seed(seed)  # also seeds every accelerator's generators

@@ -1,4 +1,4 @@
-"""The template process that ranks are forked from.
+"""The controller's management of the template process that ranks are forked from.
 
 Starting a rank with ``spawn`` costs a new interpreter plus ``import torch``
 (about 1.3 s of CPU).  Every rank is instead a ``fork()`` of one template
@@ -136,7 +136,7 @@ def _short_temp_dir() -> None:
 
 
 def prepare() -> None:
-    """Start the template now, in the background; run_tests() and the pytest plugin call this before any test runs.
+    """Start the template now, in the background; due once the tests are imported and before any runs.
 
     A forked template is made here, while the controller is clean; a
     fresh-interpreter template starts importing torch while the runner goes on.
@@ -152,7 +152,7 @@ def prepare() -> None:
 
 
 def get_context(wait: bool = True) -> BaseContext:
-    """The multiprocessing context for rank processes; the controller calls this per world."""
+    """The multiprocessing context of ranks; under ``fork`` it forks the template once (``wait``: awaits its probe)."""
     global _context, _context_method
     method = start_method()
     if _context is None or _context_method != method:
@@ -251,7 +251,7 @@ def _fork_template() -> None:
     if pid == 0:
         _serve(listener, alive_r, status_w, closing=(alive_w, status_r))
     if not frozen:
-        gc.unfreeze()  # worker's before-fork hook froze the controller's objects for the template's sake
+        gc.unfreeze()  # rank.run's before-fork hook froze the controller's objects for the template's sake
     listener.close()
     os.close(alive_r)
     os.close(status_w)

@@ -71,7 +71,7 @@ def assert_equal(
     atol_floor: float = 0.0,
     fallback: Optional[Callable[[Any, Any], None]] = None,
 ) -> None:
-    """Raise :class:`Mismatch` if ``actual`` and ``expected`` differ; called by assertEqual."""
+    """Raise :class:`Mismatch` if ``actual`` and ``expected`` differ under torch's assertEqual semantics."""
     if (rtol is None) != (atol is None):
         raise ValueError("rtol and atol must be given together")
     opts = dict(rtol=rtol, atol=atol, equal_nan=equal_nan, exact_dtype=exact_dtype, exact_device=exact_device,

@@ -39,7 +39,7 @@ class DistributedTestBase(MultiProcessTestCase):
         return "gloo"
 
     def create_pg(self, device: str, world_size: Optional[int] = None) -> Any:
-        """Create the default process group for ``device`` on this test's rendezvous; tests call this in a rank."""
+        """Create the default process group for ``device`` on this test's rendezvous; in a rank only."""
         import torch.distributed as dist
 
         world_size = self.world_size if world_size is None else world_size

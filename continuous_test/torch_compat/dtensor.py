@@ -44,7 +44,7 @@ __unittest = True
 
 
 def borrow(torch_cls: type, name: str):
-    """The attribute ``name`` as defined in ``torch_cls``'s own body; our bases' class bodies call this."""
+    """The attribute ``name`` as defined in ``torch_cls``'s own body (the raw function, property or classmethod)."""
     return torch_cls.__dict__[name]
 
 

@@ -12,7 +12,8 @@ same names from ``continuous_test`` after torch's imports::
   ``init_method``, barrier, reset dynamo, seed; then barrier and destroy the group.
 * :class:`FSDPTestContinuous`: one world per class.  Its ``setUp`` and ``tearDown``
   (barrier, dynamo reset, seeding) run on every rank; torch's run them only in the
-  main process, where the barrier is skipped, so they never ran in its ranks.
+  process that runs the test runner, where the barrier is skipped, so they never ran
+  in its ranks.
 * ``FSDPTestMultiThread`` is torch's own class: threaded tests run as they are.
 
 torch skips every ``FSDPTest`` and ``FSDPTestContinuous`` test on a machine without
@@ -115,7 +116,7 @@ class FSDPTestContinuous(FSDPTestMixin, MultiProcContinuousTest):
         super()._init_pg(rank, world_size, rdvz_file)
 
     def setUp(self) -> None:
-        """On every rank: wait for the others, reset dynamo and seed (torch ran this in its main process only)."""
+        """On every rank: wait for the others, reset dynamo and seed (torch ran this in its runner's process only)."""
         super().setUp()
         if self.rank != self.MAIN_PROCESS_RANK:
             dist.barrier()

@@ -126,9 +126,6 @@ _FAULT_STATUS = {
 _DEATHS = (FaultKind.DIED, FaultKind.TEMPLATE_DIED)
 
 
-# -- exceptions that appear in reports ---------------------------------------------
-
-
 # -- merging ------------------------------------------------------------------------
 
 
@@ -159,7 +156,7 @@ def merge(
     note: Optional[str] = None,
     timeline: Optional[Callable[[], Optional[Timeline]]] = None,
 ) -> Verdict:
-    """Merge every rank's outcome for ``test``; the controller calls this once per test.
+    """Merge every rank's outcome of one run of ``test``, and the faults seen, into one verdict.
 
     ``note`` ends the report of a fault (the controller says what it does next).
     ``timeline`` builds the collective timeline; it is called only for a report
@@ -243,7 +240,7 @@ def _merge_unit(test: str, world_size: int, per_rank: Dict[int, _RankUnit], outp
     if skipped and len(skipped) < len(per_rank):
         ran = sorted(set(per_rank) - set(skipped))
         report = Report([INCONSISTENT_SKIP.format(test=test, skipped=rank_list(skipped), ran=rank_list(ran)),
-                          "Skip reasons:" + "".join(f"\n  rank {r}: {why}" for r, why in sorted(skipped.items()))])
+                         "Skip reasons:" + "".join(f"\n  rank {r}: {why}" for r, why in sorted(skipped.items()))])
         report.statuses = {r: u.report(outputs.get(r, "")) for r, u in per_rank.items()}
         return Verdict(Status.FAIL, error=report.error(InconsistentSkipError))
     if skipped:
@@ -323,7 +320,7 @@ def judge_endings(
     grace: float = 0.0,
     timeline: Optional[Callable[[], Optional[Timeline]]] = None,
 ) -> Verdict:
-    """Judge the endings of fresh ranks against the declared ones; MultiProcessTestCase calls this."""
+    """Judge the endings of fresh ranks against the declared ones; with ``faults``, merge as :func:`merge` does."""
     if faults:
         outcomes = {r: e.outcome for r, e in endings.items() if e.outcome is not None}
         return merge(test, world_size, outcomes, faults, outputs, grace=grace, time_limit=time_limit,
@@ -380,9 +377,3 @@ def _ending_error(test, endings, expected, outputs, wrong, timeline=None) -> Bas
     report.add_timeline(timeline, always=True)
     report.add_outputs(outputs)
     return report.error(UnexpectedEndingError)
-
-
-# -- building the error -------------------------------------------------------------
-
-
-# -- formatting helpers -------------------------------------------------------------

@@ -38,7 +38,7 @@ def short_id(case: unittest.TestCase) -> str:
 
 def run_with(case: unittest.TestCase, result: Optional[unittest.TestResult],
              produce: Callable[[], Verdict]) -> Optional[unittest.TestResult]:
-    """Run ``case`` with unittest's own ``run``, its body raising ``produce()``'s verdict; the controller's ``run`` calls this."""
+    """Run ``case`` with unittest's own ``run``, its body raising ``produce()``'s verdict."""
     setattr(case, SOURCE_ATTR, produce)
     try:
         return unittest.TestCase.run(case, result)
@@ -47,7 +47,7 @@ def run_with(case: unittest.TestCase, result: Optional[unittest.TestResult],
 
 
 def verdict_of(case: unittest.TestCase, produce: Callable[[], Verdict]) -> Verdict:
-    """Call ``produce`` from inside ``case``'s run; ``TestCase._callTestMethod`` calls this."""
+    """Call ``produce`` from inside ``case``'s run, with no verdict source set meanwhile, and keep its ``_outcome``."""
     # Under a launcher, produce() runs this very case for real (unittest's run
     # again, nested): it must see no verdict source, and it resets _outcome,
     # which the outer run's subTest still needs.

@@ -132,7 +132,7 @@ def _chain_causes(error: BaseException, records: List[Tuple[int, ErrorRecord]]) 
         top = cause
 
 
-# Exceptions that must not be raised again in the controller: they would end it.
+# Exceptions that must not be raised again where the verdict is replayed: they would end that process.
 _NOT_RERAISED = (SystemExit, KeyboardInterrupt, GeneratorExit)
 
 
@@ -190,12 +190,6 @@ def _plain_reduce(self: BaseException):
     if reduced[0] is type(self):
         reduced[0] = base
     return tuple(reduced)
-
-
-
-
-
-
 
 
 def add_note(error: BaseException, note: str) -> None:

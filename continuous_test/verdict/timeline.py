@@ -3,7 +3,7 @@
 How data flows::
 
     rank N: recorder ── fixed-size records ──► <world dir>/rankN.records (mmap'd ring)
-                    └── (torchrun) snapshot() ──► RankOutcome.records ──► the store
+                    └── (launched) snapshot() ──► RankOutcome.records ──► the store
                                                         │
     controller / launched rank: read_file() / parse() ──► RankCalls per rank
                                                         │
@@ -56,7 +56,7 @@ class Timeline:
 
 
 def build(ranks: Dict[int, Optional[RankCalls]], dead: Iterable[int] = ()) -> Timeline:
-    """Group ranks by their last call and find the first divergence; readers call this on failure."""
+    """Group ranks by their last call and find the first divergence; a ``dead`` rank's waiting call says so."""
     dead = set(dead)
     lines = _last_calls(ranks, dead)
     divergence = _first_divergence(ranks)
@@ -155,7 +155,7 @@ def _where(call: Optional[Call]) -> str:
 
 
 def for_world(world_dir: Optional[str], ranks: Iterable[int], dead: Iterable[int] = ()) -> Optional[Timeline]:
-    """Read every rank's records file in ``world_dir`` and build the timeline; the controller calls this on failure."""
+    """Read every rank's records file in ``world_dir`` and build the timeline; None when no rank has records."""
     if not world_dir:
         return None
     calls = {r: read_file(records_path(world_dir, r)) for r in ranks}

@@ -4,7 +4,7 @@ A rank runs a test under :class:`~continuous_test.rank.result.RankResult`, which
 records unittest's events as picklable :class:`Event` records; an exception travels as an
 :class:`ErrorRecord` that holds the exception itself, pickled, when it pickles
 (and unpickles), and always its type, message, traceback and test-file line.
-The controller (or, under torchrun, every rank) gathers one :class:`RankOutcome`
+The controller (or, when launched by torchrun or srun, every rank) gathers one :class:`RankOutcome`
 per rank plus any :class:`RankFault` it observed itself (a rank that died, hung
 or never answered); :mod:`continuous_test.verdict.merge` merges them into one verdict.
 
@@ -92,7 +92,7 @@ class ErrorRecord:
     @classmethod
     def from_exception(cls, exc: BaseException, formatted: Optional[str] = None,
                        test_file: Optional[str] = None) -> "ErrorRecord":
-        """Record ``exc``; ranks call this from their result and init paths."""
+        """The record of ``exc``: pickled if it survives a round trip here, and always as text (``formatted``)."""
         etype = type(exc)
         if formatted is None:
             formatted = "".join(traceback.format_exception(etype, exc, exc.__traceback__))
@@ -170,7 +170,7 @@ class RankOutcome:
     expect_values: Tuple[ExpectValue, ...] = ()
     # What the test left changed in the rank, if anything.
     leaks: Optional[LeakReport] = None
-    # The rank's recorded calls of this test (timeline file format); launched ranks only.
+    # The rank's recorded calls of this test (the records file format); launched ranks only.
     records: Optional[bytes] = None
 
     def has_failure(self) -> bool:

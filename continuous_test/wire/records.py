@@ -112,7 +112,7 @@ class RankCalls:
 
 
 def records_path(world_dir: str, rank: int) -> str:
-    """Where rank ``rank`` of a dispatcher world keeps its records."""
+    """Where rank ``rank`` of a controller's world (shared or fresh) in ``world_dir`` keeps its records."""
     return os.path.join(world_dir, f"rank{rank}.records")
 
 
