@@ -35,20 +35,8 @@ __all__ = [
     "run_tests",
     "time_limit",
     "timeout",
-    "ConfigError",
-    "RankDiedError",
-    "RankTimeoutError",
-    "RankStuckError",
-    "InconsistentSkipError",
-    "UnexpectedEndingError",
-    "ExpectMismatchError",
-    "WorldStartError",
-    "RemoteError",
-    "RemoteAssertionError",
-    "LeakError",
-    "LeakWarning",
-    "RendezvousError",
     "update_process_group",
+    *errors.__all__,  # every exception a user may catch or see
 ]
 __version__ = "0.1.0"
 
@@ -77,11 +65,10 @@ _WHERE = {
     "timeout": "continuous_test.config",
     "update_process_group": "continuous_test.ddp",
 }
-_ERRORS = frozenset(name for name in __all__ if name.endswith(("Error", "Warning")))
 
 
 def __getattr__(name: str) -> Any:
-    module = "continuous_test.errors" if name in _ERRORS else _WHERE.get(name)
+    module = "continuous_test.errors" if name in errors.__all__ else _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'continuous_test' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

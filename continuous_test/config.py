@@ -47,8 +47,6 @@ from typing import Any, Callable, Dict, Iterator, Mapping, NoReturn, Optional, T
 
 from continuous_test.errors import ConfigError
 from continuous_test.wire.env import (
-    SWITCHES,
-    switch_if_set,
     ENV_BISECT,
     ENV_GRACE,
     ENV_LEAKS,
@@ -59,6 +57,8 @@ from continuous_test.wire.env import (
     ENV_TIMEOUT,
     ENV_TIMEOUT_SCALE,
     ENV_TORCH_TESTCASE,
+    SWITCHES,
+    switch_if_set,
 )
 from continuous_test.wire.messages import ClassSettings
 

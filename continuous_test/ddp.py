@@ -34,6 +34,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from continuous_test.errors import (
+    BackwardInFlightError,
+    InvalidProcessGroupError,
+    NotDDPError,
+    RebindError,
+    UnsupportedTorchError,
+)
+
 __all__ = [
     "BACKWARD_IN_FLIGHT_MESSAGE",
     "COMM_HOOK_WARNING",
@@ -99,26 +107,6 @@ COMM_HOOK_WARNING = (
     "process group (or None, meaning the world group), register the hook again "
     "with state for the new group."
 )
-
-
-class RebindError(Exception):
-    """Base class for every error update_process_group() raises."""
-
-
-class NotDDPError(RebindError, TypeError):
-    """The model is not a DistributedDataParallel module (nor a compiled one)."""
-
-
-class UnsupportedTorchError(RebindError, RuntimeError):
-    """The installed torch has no DistributedDataParallel._update_process_group."""
-
-
-class InvalidProcessGroupError(RebindError, ValueError):
-    """The group is None, not a ProcessGroup, unknown, or lacks this rank."""
-
-
-class BackwardInFlightError(RebindError, RuntimeError):
-    """A backward pass is running on the calling thread."""
 
 
 def unwrap_ddp(model: Any) -> DistributedDataParallel:

@@ -23,6 +23,11 @@ __all__ = [
     "WorldStartError",
     "RendezvousError",
     "ProtocolError",
+    "RebindError",
+    "NotDDPError",
+    "UnsupportedTorchError",
+    "InvalidProcessGroupError",
+    "BackwardInFlightError",
 ]
 
 
@@ -91,3 +96,23 @@ class ProtocolError(RuntimeError):
 
 class ConfigError(ValueError):
     """A setting has a value that cannot be used; the message says where it came from."""
+
+
+class RebindError(Exception):
+    """Base class for every error update_process_group() raises."""
+
+
+class NotDDPError(RebindError, TypeError):
+    """The model is not a DistributedDataParallel module (nor a compiled one)."""
+
+
+class UnsupportedTorchError(RebindError, RuntimeError):
+    """The installed torch has no DistributedDataParallel._update_process_group."""
+
+
+class InvalidProcessGroupError(RebindError, ValueError):
+    """The group is None, not a ProcessGroup, unknown, or lacks this rank."""
+
+
+class BackwardInFlightError(RebindError, RuntimeError):
+    """A backward pass is running on the calling thread."""

@@ -244,6 +244,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         from continuous_test._role import ProcessRole, current_role
 
         if current_role() is ProcessRole.CONTROLLER:
+            from continuous_test.controller import dispatch  # noqa: F401 - loaded before the first test, not in it
             from continuous_test.template import server
 
             server.prepare()

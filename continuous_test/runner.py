@@ -94,6 +94,7 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     export_env(launch)
     silent = launch.is_launcher and launch.rank != 0
     if not launch.is_launcher and _runs_in_ranks(sys.modules.get(module)):
+        from continuous_test.controller import dispatch  # noqa: F401 - loaded before the first test, not in it
         from continuous_test.template import server
 
         server.prepare()  # fork the rank template now, before any test ran

@@ -1,4 +1,4 @@
-"""Tests sent ahead (continuous_test.ahead), run as real scenario files under each runner."""
+"""Tests sent ahead (continuous_test.controller.ahead), run as real scenario files under each runner."""
 import os
 import re
 import sys
@@ -10,6 +10,7 @@ import pytest
 from helpers import describe, pytest_counts, unittest_counts
 
 from continuous_test.controller import ahead
+from continuous_test.wire.env import ENV_AHEAD, ENV_LIVE_OUTPUT, ENV_RECORD
 
 SCENARIO = "test_ahead.py"
 GAP = "0.6"  # seconds of pretended runner work before each test, in the controller (a margin under load)
@@ -205,11 +206,16 @@ def test_a_test_a_conftest_hook_skips_is_not_sent_ahead(tmp_path):
     assert list(stamps.iterdir()) == [], describe(proc)
 
 
-def test_a_bad_switch_value_names_the_variable(tmp_path):
-    proc = run("python", ["AheadTest"], tmp_path, env={"CONTINUOUS_TEST_AHEAD": "sometimes"})
+@pytest.mark.parametrize("name", [ENV_AHEAD, ENV_LIVE_OUTPUT, ENV_RECORD])
+def test_a_bad_switch_value_fails_each_test_naming_it_before_any_rank_starts(tmp_path, name):
+    # Every on/off switch is checked by the controller before anything is sent: each
+    # test errors with the same message, and no world is started for them.
+    proc = run("python", ["AheadTest"], tmp_path, env={name: "sometimes"})
     assert unittest_counts(proc.stderr) == {"ran": 4, "errors": 4}, describe(proc)
-    assert ("Invalid value 'sometimes' from CONTINUOUS_TEST_AHEAD environment variable: "
+    assert (f"Invalid value 'sometimes' from {name} environment variable: "
             "expected one of 1, on, true, yes, 0, off, false, no") in proc.stderr, describe(proc)
+    assert "SENT_AHEAD AheadTest None" in proc.stderr, describe(proc)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("rank")], describe(proc)
 
 
 def _probe_class(seen: list) -> type:

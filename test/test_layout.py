@@ -187,6 +187,46 @@ def test_the_preload_list_names_modules_that_exist():
     assert named and all(n in MODULES for n in named), named
 
 
+# Exceptions that never leave the module that raises them.
+INTERNAL_EXCEPTIONS = {
+    "torch_compat/assert_equal.py": {"Mismatch"},  # caught by TestCase.assertEqual, re-raised as a failure
+    "controller/bisect.py": {"_Stop"},  # ends a replay; the note says why
+}
+
+
+def test_every_exception_a_user_may_see_is_in_errors():
+    found = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and any(
+                    re.search(r"(Error|Exception|Warning)$", ast.unparse(base)) for base in node.bases):
+                found.setdefault(path.relative_to(PACKAGE).as_posix(), set()).add(node.name)
+    elsewhere = {path: names - INTERNAL_EXCEPTIONS.get(path, set()) for path, names in found.items()
+                 if path != "errors.py"}
+    assert {path: names for path, names in elsewhere.items() if names} == {}
+
+
+def test_exceptions_are_importable_from_the_package_and_from_where_they_were():
+    import continuous_test
+    from continuous_test import errors
+
+    for name in errors.__all__:
+        assert getattr(continuous_test, name) is getattr(errors, name), name
+    # The module paths that held them before 0.2, for one release.
+    from continuous_test.in_place import RendezvousError
+    from continuous_test.leaks import LeakError, LeakWarning
+    from continuous_test.protocol import ProtocolError
+    from continuous_test.report import RankDiedError, RemoteError
+    from continuous_test.world import WorldStartError
+
+    assert (RendezvousError, LeakError, LeakWarning, ProtocolError, RankDiedError, RemoteError, WorldStartError) == (
+        errors.RendezvousError, errors.LeakError, errors.LeakWarning, errors.ProtocolError, errors.RankDiedError,
+        errors.RemoteError, errors.WorldStartError)
+    from continuous_test.config import ConfigError
+
+    assert ConfigError is errors.ConfigError
+
+
 def test_a_broken_rule_is_caught(monkeypatch):
     # The check itself can fail: an import of the controller from the rank side is reported.
     monkeypatch.setitem(EDGES, "rank.run", EDGES["rank.run"] | {("controller.world", True)})

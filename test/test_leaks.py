@@ -1,4 +1,4 @@
-"""Units of continuous_test.leaks: every watched item is seen, described and put back.
+"""Units of continuous_test.rank.leaks and its verdict: every watched item is seen, described and put back.
 
 These run in this process (no world): each changes one item, checks it is
 reported with its value before and after, and that it is as before afterwards.

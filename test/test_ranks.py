@@ -1,4 +1,4 @@
-"""The controller's one wait loop (ranks.Watch), on small forked stand-ins for ranks.
+"""The controller's one wait loop (controller.watch.Watch), on small forked stand-ins for ranks.
 
 Each stand-in is a real process with the two pipes a rank has; it sends what the
 test scripts and ends as told, so every branch of the loop (a reply, an unexpected

@@ -1,4 +1,4 @@
-"""Ranks forked ahead of need (continuous_test.ranks.Spares), run as real scenario files."""
+"""Ranks forked ahead of need (continuous_test.controller.processes.Spares), run as real scenario files."""
 import helpers
 import pytest
 from helpers import describe, pytest_counts, unittest_counts

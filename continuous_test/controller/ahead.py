@@ -34,6 +34,8 @@ import unittest
 import unittest.suite
 from typing import Any, Dict, Optional, Tuple
 
+from continuous_test._role import RANK_CLASS_ATTR
+
 
 __all__ = ["next_in_suite", "set_pytest_next", "next_test", "skipped_by_unittest"]
 
@@ -116,9 +118,9 @@ def _class_allows(cls: type) -> bool:
 
 
 def _ours(cls: type) -> int:
-    """The index in ``cls.__mro__`` of the first class of this library (its ``run`` picks the role)."""
+    """The index in ``cls.__mro__`` of this library's engine class, whose ``run`` picks the role."""
     for index, klass in enumerate(cls.__mro__):
-        if klass.__module__.startswith("continuous_test."):
+        if RANK_CLASS_ATTR in vars(klass):
             return index
     return len(cls.__mro__)
 

@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from continuous_test.config import LEAK_POLICIES
 from continuous_test.wire.outcome import Leak, LeakReport
 
 __all__ = [
@@ -48,7 +49,7 @@ __all__ = [
     "check",
 ]
 
-POLICIES = ("restore", "fail", "off")
+POLICIES = LEAK_POLICIES  # restore, fail, off (continuous_test.config)
 WATCHED = (
     "current directory", "environment variables", "sys.path", "sys.modules (replaced or removed modules, added non-modules)",
     "sys.stdout and sys.stderr", "warnings filters", "torch default dtype", "torch default device",

@@ -37,8 +37,8 @@ from types import FrameType
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import continuous_test
-from continuous_test.wire import records as tl
 from continuous_test.errors import ConfigError
+from continuous_test.wire import records as tl
 from continuous_test.wire.env import ENV_RECORD, parse_switch
 
 __all__ = [

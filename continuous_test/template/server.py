@@ -97,10 +97,16 @@ TORCH_TESTING_MODULES = (
 )
 
 
+# The modules every rank runs: imported before the template forks any rank, so that
+# no rank imports them after its fork.  A template forked from the controller gets
+# them from the controller (_import_what_ranks_use); a fresh interpreter preloads them.
+RANK_MODULES = ("continuous_test.case", "continuous_test.rank.main")
+
+
 def preload_modules(with_main: bool = True) -> List[str]:
     """Modules a fresh-interpreter template imports before forking any rank."""
-    modules = ["torch", "torch.distributed", "numpy", "numpy.random", "continuous_test.case",
-               "continuous_test.rank.main", "continuous_test.template.at_exit", "continuous_test.template.preload_recorder"]
+    modules = ["torch", "torch.distributed", "numpy", "numpy.random", *RANK_MODULES,
+               "continuous_test.template.at_exit", "continuous_test.template.preload_recorder"]
     # torch's testing helpers cost a second per import (they import dynamo); a rank
     # that imports its test module under pytest finds them already loaded.
     modules += [name for name in TORCH_TESTING_MODULES if name in sys.modules]
@@ -263,6 +269,10 @@ def _fork_template() -> None:
 def _import_what_ranks_use() -> None:
     """Import (and look up), once and here, what every rank would otherwise redo after its fork."""
     import collections.abc
+    import importlib
+
+    for name in RANK_MODULES:  # the ranks' own code: the controller may not have needed it yet
+        importlib.import_module(name)
 
     if "numpy" in sys.modules:
         try:

@@ -1,4 +1,4 @@
-"""Tests sent ahead (continuous_test.ahead): the next test starts while the runner records the last.
+"""Tests sent ahead (continuous_test.controller.ahead): the next test starts while the runner records the last.
 
 Run as ``python test_ahead.py [Class ...]``, under unittest or pytest (``-k`` picks
 classes), or as ``python test_ahead.py mispredict|stop`` for a runner that does not
