@@ -394,6 +394,29 @@ def _add_seed_section(report: pytest.TestReport) -> None:
         report.sections.append(("continuous_test shuffle", line + "\n"))
 
 
+@pytest.hookimpl(tryfirst=True, specname="pytest_runtest_teardown")
+def pytest_runtest_teardown_in_ranks(item: pytest.Item) -> None:
+    """Under ``--pdb``, keep pytest from calling a shared-world test's ``tearDown`` in the controller.
+
+    pytest postpones ``tearDown`` to its teardown phase under ``--pdb`` (so that the
+    debugger sees the test's state), by keeping the bound method on the item
+    (``_explicit_tearDown``); a shared-world test's ``tearDown`` already ran in the ranks.
+    """
+    if getattr(item, "_explicit_tearDown", None) is None:
+        return
+    from continuous_test._role import ProcessRole, current_role, rank_class_of
+
+    cls = rank_class_of(getattr(item, "cls", None))
+    if cls is not None and _shared_world(cls) and current_role() is ProcessRole.CONTROLLER:
+        item._explicit_tearDown = None  # type: ignore[attr-defined]
+
+
+def _shared_world(cls: type) -> bool:
+    from continuous_test.case import MultiProcContinuousTest
+
+    return issubclass(cls, MultiProcContinuousTest)
+
+
 def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) -> None:
     """Stop a module's @distributed world after its last test."""
     module = getattr(item, "module", None)

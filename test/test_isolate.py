@@ -39,7 +39,9 @@ def test_off_and_budget():
     assert unittest_counts(proc.stderr) == {"ran": 2, "failures": 1}, describe(proc)
     assert "rerun and bisect" not in proc.stderr
     proc = run_order("-k", "test_a", "-k", "test_e", **{config.ENV_BISECT: "0.001"})
-    assert bisect.BUDGET_SPENT.format(budget=0.001) in proc.stderr, describe(proc)
+    # A rerun takes at least as long as the test took: with 1 ms of budget, none is made.
+    assert "not rerun in a fresh world: it ran" in proc.stderr, describe(proc)
+    assert "rerun and bisect (" not in proc.stderr, describe(proc)
 
 
 def test_a_timed_out_test_is_not_rerun():
@@ -78,6 +80,24 @@ def test_bad_budget_names_its_source():
         assert "'soon' from CONTINUOUS_TEST_BISECT environment variable" in str(exc)
     else:
         raise AssertionError("no ConfigError")
+
+
+def test_expected_failures_neither_restart_the_world_nor_are_rerun():
+    proc = helpers.python("test_rerun_limits.py", "ExpectedFailuresTest")
+    assert unittest_counts(proc.stderr) == {"ran": 4, "expected failures": 3}, describe(proc)
+    assert "WORLD_STARTS ExpectedFailuresTest 1" in proc.stderr, describe(proc)
+    assert "rerun and bisect" not in proc.stderr, describe(proc)
+
+
+def test_a_failure_is_not_rerun_when_the_rerun_would_outlast_the_budget():
+    proc = helpers.python("test_rerun_limits.py", "LongFailureTest",
+                          env={config.ENV_BISECT: "1.5", "SLOW_SECONDS": "2"})
+    assert unittest_counts(proc.stderr) == {"ran": 1, "failures": 1}, describe(proc)
+    assert "not rerun in a fresh world: it ran 2 s" in proc.stderr, describe(proc)
+    assert "rerun and bisect (" not in proc.stderr, describe(proc)
+    # With the budget to spare, the same failure is rerun.
+    proc = helpers.python("test_rerun_limits.py", "LongFailureTest", env={"SLOW_SECONDS": "2"})
+    assert bisect.FAILS_ALONE.format(test="test_slow_failure") in proc.stderr, describe(proc)
 
 
 if __name__ == "__main__":

@@ -76,3 +76,23 @@ def test_bad_start_method_lists_the_choices(monkeypatch):
     monkeypatch.setenv("CONTINUOUS_TEST_START_METHOD", "thread")
     with pytest.raises(ValueError, match="expected one of fork, forkserver, spawn"):
         template.start_method()
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_fork_a_test_makes_in_a_rank_leaves_its_garbage_collector_alone(method):
+    # Only the template freezes its objects before a fork (so that ranks share its
+    # pages); a rank's own forks (a DataLoader worker, a multiprocessing start) must not.
+    proc = helpers.python("test_forks.py", env={"CONTINUOUS_TEST_START_METHOD": method})
+    assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
+
+
+def test_a_fork_in_the_controller_leaves_its_garbage_collector_alone():
+    import importlib.util
+
+    import continuous_test.rank.run  # noqa: F401 - a controller imports the ranks' modules too
+
+    spec = importlib.util.spec_from_file_location("forks_scenario", helpers.SCENARIOS / "test_forks.py")
+    assert spec is not None and spec.loader is not None
+    scenario = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scenario)
+    assert not scenario.cycle_survives_a_fork()

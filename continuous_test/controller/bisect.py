@@ -47,6 +47,7 @@ __all__ = [
     "STOPPED",
     "NOTE_HEADER",
     "NOT_RERUN",
+    "NOT_RERUN_LONG",
 ]
 
 NOTE_HEADER = "continuous_test rerun and bisect ({worlds} fresh world(s), {seconds:.1f} s):"
@@ -62,6 +63,10 @@ STOPPED = "  rerun/bisect stopped: {why}. {found}"
 BUDGET_SPENT = "its time budget is spent (CONTINUOUS_TEST_BISECT={budget:g} seconds per run)"
 PREDECESSOR_FAILED = "{test}, an earlier test, failed during the replay"
 NOT_RERUN = "continuous_test: not rerun in a fresh world: it exceeded its time limit, and a rerun would wait as long again."
+NOT_RERUN_LONG = (
+    "continuous_test: not rerun in a fresh world: it ran {seconds:.0f} s, and a rerun would take as long, "
+    "more than the {left:.0f} s left of the rerun budget (CONTINUOUS_TEST_BISECT)."
+)
 START_FAILED = "a fresh world could not start ({error})"
 
 
@@ -91,11 +96,16 @@ def after_test(world: World, plan: TestPlan, verdict: Verdict) -> Verdict:
     if _STARTS.get(world) != starts:  # the ranks started again since: they ran none of it
         history.clear()
         _STARTS[world] = starts
-    if verdict.failed:
-        if not _timed_out(verdict):
-            note = diagnose(world.cls, world.settings, list(history), plan)
+    if verdict.failed and not verdict.expected_failure:
+        budget = config.bisect_budget()
+        if budget <= 0:
+            note = None
+        elif _timed_out(verdict):
+            note = NOT_RERUN
+        elif verdict.duration >= budget - _spent:
+            note = NOT_RERUN_LONG.format(seconds=verdict.duration, left=max(0.0, budget - _spent))
         else:
-            note = NOT_RERUN if config.bisect_budget() > 0 else None
+            note = diagnose(world.cls, world.settings, list(history), plan)
         seed_line = shuffle.failure_line()
         for text in (note, seed_line):
             if text:

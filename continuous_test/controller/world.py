@@ -43,7 +43,7 @@ from continuous_test import config
 from continuous_test.controller import progress
 from continuous_test.controller.processes import RankProcess, kill_ranks, start_ranks
 from continuous_test.controller.watch import Goal, Waited, Watch
-from continuous_test.errors import ProtocolError, RankDiedError, WorldStartError
+from continuous_test.errors import RankDiedError, WorldStartError
 from continuous_test.template import server as template
 from continuous_test.verdict import timeline
 from continuous_test.verdict.merge import Verdict, merge
@@ -240,7 +240,10 @@ class World:
                     progress=progress.for_test(test_id, time_limit, self.ranks, sent_at))
         try:
             waited = self._watch.wait(goal)
-        except (KeyboardInterrupt, ProtocolError):
+        except BaseException:
+            # Ctrl-C, a protocol error, or whatever a runner raises in this process
+            # (pytest-timeout's signal method): the ranks may still run this test,
+            # so the world goes with it; the next test starts a new one.
             self._discard()
             raise
         outputs = {h.rank: h.read_output() for h in self.ranks}
@@ -253,6 +256,7 @@ class World:
         verdict = merge(test_id, self.world_size, outcomes, waited.faults, outputs,
                         grace=self.grace, time_limit=time_limit, note=RESTART_NOTE.format(n=self.world_size),
                         timeline=self._timeline(waited.faults))
+        verdict.duration = time.monotonic() - sent_at
         self._after_test(waited, verdict, outcomes, outputs)
         return verdict
 
@@ -267,7 +271,7 @@ class World:
                 handle.mark_output()
             for handle in self.ranks:  # nothing else in this loop: a woken rank may preempt the controller
                 _send_bytes(handle, payload)  # pickled once for every rank
-        except KeyboardInterrupt:
+        except BaseException:  # part of the world has the test and part has not
             self._discard()
             raise
         self._reinit = None

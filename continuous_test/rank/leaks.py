@@ -55,7 +55,7 @@ WATCHED = (
     "sys.stdout and sys.stderr", "warnings filters", "torch default dtype", "torch default device",
     "grad mode", "torch intra-op threads", "torch inter-op threads", "deterministic algorithms",
     "float32 matmul precision (TF32)", "cudnn flags", "default process group (object, rank, size)",
-    "process groups the test created", "non-daemon threads the test started",
+    "non-daemon threads the test started",
     "global module and optimizer hooks",
 )
 
@@ -388,9 +388,6 @@ def _check_groups(before: Snapshot, found: List[Leak]) -> None:
         if pg is not None and old is not None:  # replaced: the rank re-initializes its own
             restored = _destroy_default()
         found.append(Leak("default process group", _describe_pg(old), _describe_pg(pg), restored))
-    new = [name for _, name in _new_groups(groups, before.groups, pg)]
-    if new:
-        found.append(Leak("process groups the test created", "none", f"{len(new)} not destroyed (group names {', '.join(new)})", True))
 
 
 def _new_groups(groups: frozenset, old: frozenset, default: Optional[tuple]) -> List[Tuple[Any, str]]:

@@ -35,10 +35,12 @@ from continuous_test.rank import coverage as rank_coverage, recorder
 from continuous_test.rank.run import (
     LIBC,
     flush_output,
+    forget_inherited_cleanup,
     format_stacks,
     import_test_class,
     loopback_interface,
     remember_default_group,
+    run_cleanup,
     run_one,
     set_world_size,
     template_cuda_initialized,
@@ -164,6 +166,7 @@ def _adopt(spec: RankSpec) -> None:
 def rank_main(spec: RankSpec, conn, control) -> None:
     """Entry point of every rank process (``conn``, ``control``: its ends of two pipes); the process ends in it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    forget_inherited_cleanup()
     _adopt(spec)
     _redirect_output(spec.log_file)
     if faulthandler.is_enabled():
@@ -183,7 +186,7 @@ def rank_main(spec: RankSpec, conn, control) -> None:
     if spec.kind is RankKind.FRESH:
         from continuous_test.rank.fresh import run_single
 
-        code = run_single(spec, channel.send)
+        code = run_single(spec, channel.send)  # it ran the test's cleanup before it reported
         flush_output()
         os._exit(code)
     _continuous_loop(spec, channel)
@@ -242,6 +245,7 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
 def _wait_for_shutdown(channel: _Channel, spec: RankSpec) -> None:
     while not isinstance(channel.receive(spec), Shutdown):
         pass
+    run_cleanup()
     flush_output()
     os._exit(0)
 
@@ -253,6 +257,7 @@ def _leave_world() -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
     finally:
+        run_cleanup()
         flush_output()
         os._exit(0)
 

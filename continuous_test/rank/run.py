@@ -8,6 +8,7 @@ Shared by every kind of rank: a shared world's, a fresh one
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import gc
 import importlib
@@ -18,6 +19,7 @@ import sys
 import threading
 import traceback
 import unittest
+import weakref
 from typing import AbstractSet, Any, Optional
 
 import torch
@@ -25,6 +27,7 @@ import torch
 import continuous_test
 from continuous_test.rank import leaks, recorder
 from continuous_test.rank.result import RankResult, take_expect_values
+from continuous_test.wire.env import ENV_TEMPLATE_PID
 from continuous_test.wire.messages import RankSpec, RunTest
 from continuous_test.wire.outcome import RankOutcome
 
@@ -49,11 +52,15 @@ _template_cuda_initialized = False
 
 
 def _before_fork() -> None:
-    # Runs in the template just before it forks a rank: remember whether CUDA was
-    # initialized there, since a forked rank cannot use it then.  Freezing the
-    # objects that exist now keeps the rank's garbage collector from touching
-    # (and so copying) the template's pages.
+    # Registered in every process that imports this module, it acts only in the
+    # template, just before it forks a rank: remember whether CUDA was initialized
+    # there, since a forked rank cannot use it then, and freeze the objects that
+    # exist now, which keeps the rank's garbage collector from touching (and so
+    # copying) the template's pages.  Anywhere else (the controller, a rank whose
+    # test forks) freezing would keep garbage cycles from ever being collected.
     global _template_cuda_initialized
+    if os.environ.get(ENV_TEMPLATE_PID) != str(os.getpid()):
+        return
     _template_cuda_initialized = _cuda_initialized()
     gc.freeze()
 
@@ -65,6 +72,30 @@ def template_cuda_initialized() -> bool:
     """Whether CUDA was initialized in the process this rank was forked from."""
     bad_fork = getattr(torch.cuda, "_is_in_bad_fork", lambda: False)
     return _template_cuda_initialized or bool(bad_fork())
+
+
+def forget_inherited_cleanup() -> None:
+    """Drop the ``atexit`` handlers and finalizers inherited from the process this rank was forked from.
+
+    They are the controller's (or the template's): its temporary directories, its
+    worlds.  Run in a rank they would remove what the controller still uses.  What
+    the rank's tests register from now on is theirs (:func:`run_cleanup`).
+    """
+    atexit._clear()
+    registry = getattr(weakref.finalize, "_registry", {})
+    for info in list(registry.values()):
+        info.atexit = False  # inherited objects' finalizers: not this process's to run at its end
+    weakref.finalize._registered_with_atexit = False  # type: ignore[attr-defined]  # a new one registers again
+
+
+def run_cleanup() -> None:
+    """Run what this rank's tests registered for the end of their process: atexit handlers, finalizers.
+
+    A rank ends with ``os._exit``, which skips them; so at its normal end (its
+    world stopped, or its one fresh test done) it runs them here, as a process of
+    its own would at exit.  A rank that is killed (a fault, a time limit) runs none.
+    """
+    atexit._run_exitfuncs()
 
 
 def import_test_class(module: str, qualname: str, module_file: Optional[str]) -> type:

@@ -17,7 +17,7 @@ import shutil
 import signal
 
 from continuous_test._procfs import children
-from continuous_test.wire.env import ENV_PRIVATE_DIR
+from continuous_test.wire.env import ENV_PRIVATE_DIR, ENV_TEMPLATE_PID
 
 __all__ = [
     "kill_children",
@@ -40,6 +40,8 @@ def kill_children() -> None:
 
 
 _TEMPLATE_PID = os.getpid()
+# This process is the template: only here does a fork freeze the objects that exist.
+os.environ[ENV_TEMPLATE_PID] = str(_TEMPLATE_PID)
 
 
 def _at_exit() -> None:

@@ -32,7 +32,6 @@ template is made one of three ways, chosen by :func:`start_method`:
 """
 from __future__ import annotations
 
-import gc
 import inspect
 import multiprocessing
 import os
@@ -252,12 +251,9 @@ def _fork_template() -> None:
     status_r, status_w = os.pipe()
     for stream in (sys.stdout, sys.stderr):
         _flush(stream)  # else the template's ranks would write the controller's buffered output again
-    frozen = gc.get_freeze_count()
     pid = os.fork()
     if pid == 0:
         _serve(listener, alive_r, status_w, closing=(alive_w, status_r))
-    if not frozen:
-        gc.unfreeze()  # rank.run's before-fork hook froze the controller's objects for the template's sake
     listener.close()
     os.close(alive_r)
     os.close(status_w)
@@ -298,6 +294,8 @@ def _serve(listener: socket.socket, alive_r: int, status_w: int, closing: tuple)
     try:
         for fd in closing:
             os.close(fd)
+        from continuous_test.template import at_exit  # marks this process as the template
+
         ok = _probe_parallel_work()
         os.write(status_w, _READY if ok else _UNSAFE)
         os.close(status_w)
@@ -307,9 +305,7 @@ def _serve(listener: socket.socket, alive_r: int, status_w: int, closing: tuple)
             # Raises SystemExit once the controller and every rank closed the alive pipe.
             forkserver.main(listener.detach(), alive_r, [])
     except SystemExit:
-        from continuous_test.template.at_exit import kill_children
-
-        kill_children()  # the controller is gone: so are its ranks and what they started
+        at_exit.kill_children()  # the controller is gone: so are its ranks and what they started
     except BaseException:  # noqa: BLE001 - nothing of the controller may run here
         code = 1
     finally:

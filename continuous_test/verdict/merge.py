@@ -108,6 +108,10 @@ class Verdict:
     restart_world: bool = False
     # The merged leak report under the restore policy: replay warns with it.
     leak_report: Optional[str] = None
+    # Every rank failed as its test declared (unittest's expectedFailure), and nothing else happened.
+    expected_failure: bool = False
+    # Seconds from the test's send to the last rank's report (0.0 where not measured).
+    duration: float = 0.0
 
     @property
     def failed(self) -> bool:
@@ -176,7 +180,11 @@ def merge(
     else:
         verdict = _merge_unit(test, world_size, main, outputs, timeline)
     verdict.subtests = subtests
-    verdict.restart_world = bool(faults) or verdict.failed
+    verdict.expected_failure = not faults and len(outcomes) == world_size and all(
+        _failed_as_expected(o) for o in outcomes.values())
+    # After a failure the next test starts in a new world; not after a failure its test
+    # declared (every rank reported, as it does after a pass), which would change nothing.
+    verdict.restart_world = bool(faults) or (verdict.failed and not verdict.expected_failure)
     leak_reports = {r: o.leaks for r, o in outcomes.items() if o.leaks is not None}
     if leak_reports:
         _judge_leaks(test, verdict, leak_reports)
@@ -195,6 +203,11 @@ def _judge_leaks(test: str, verdict: Verdict, reports: Dict[int, LeakReport]) ->
         verdict.restart_world = True  # as for any failure: the next test starts clean
     elif verdict.error is not None:
         add_note(verdict.error, verdict_leaks.format_report(test, reports))
+
+
+def _failed_as_expected(outcome: RankOutcome) -> bool:
+    kinds = {event.kind for event in outcome.events}
+    return EventKind.EXPECTED_FAILURE in kinds and not kinds & {EventKind.FAILURE, EventKind.ERROR}
 
 
 def _units(outcomes: Dict[int, RankOutcome]) -> Dict[Optional[SubTestId], Dict[int, _RankUnit]]:

@@ -40,6 +40,7 @@ __all__ = [
     "COVERAGE_SUFFIX",
     "ENV_RANK_MARKER",
     "ENV_PRIVATE_DIR",
+    "ENV_TEMPLATE_PID",
     "ENV_PRELOAD_MAIN",
     "SWITCHES",
     "ON_WORDS",
@@ -79,6 +80,9 @@ COVERAGE_SUFFIX = "continuous_test"
 ENV_RANK_MARKER = "CONTINUOUS_TEST_CONTROLLED_RANK"
 # The controller's private directory, which the template removes if the controller dies.
 ENV_PRIVATE_DIR = "CONTINUOUS_TEST_PRIVATE_DIR"
+# The pid of the template process, set in the template itself: only there does a fork
+# freeze the objects that exist (continuous_test.rank.run).
+ENV_TEMPLATE_PID = "CONTINUOUS_TEST_TEMPLATE_PID"
 # The test file a fresh-interpreter template imports (a file run as a script).
 ENV_PRELOAD_MAIN = "CONTINUOUS_TEST_PRELOAD_MAIN"
 

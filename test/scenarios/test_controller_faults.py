@@ -1,0 +1,78 @@
+"""What happens to the controller itself: an exception while it waits for the ranks, pytest's --pdb.
+
+``InterruptedWaitTest.test_a_slow`` gets an exception raised in the controller one
+second into the test, while the controller waits for its ranks, as pytest-timeout's
+signal method raises one (the ranks sleep on).  The tests after it are innocent.
+``TearDownInRanksTest`` has a ``tearDown`` that only works in a rank (it uses the
+process group): under ``pytest --pdb`` it must not run in the controller.
+"""
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+from continuous_test import MultiProcContinuousTest, _role, run_tests
+
+
+class ControllerTimeout(Exception):
+    """Stands for the exception a runner's own timeout raises in the controller."""
+
+
+def _raise(signum, frame):
+    raise ControllerTimeout("the runner's own timeout fired in the controller")
+
+
+class Gloo(MultiProcContinuousTest):
+    world_size = 2
+
+    @classmethod
+    def backend_str(cls):
+        return "gloo"
+
+    @classmethod
+    def device_type(cls):
+        return "cpu"
+
+    def _sum(self):
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        self.assertEqual(t.tolist(), [2.0, 2.0])
+
+
+class InterruptedWaitTest(Gloo):
+    def run(self, result=None):
+        if _role.current() is None and self._testMethodName == "test_a_slow":
+            previous = signal.signal(signal.SIGALRM, _raise)
+            signal.setitimer(signal.ITIMER_REAL, 1.0)
+            try:
+                return super().run(result)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+        return super().run(result)
+
+    def test_a_slow(self):
+        time.sleep(20)
+
+    def test_b_innocent(self):
+        self._sum()
+
+    def test_c_innocent(self):
+        self._sum()
+
+
+class TearDownInRanksTest(Gloo):
+    def tearDown(self):
+        dist.barrier()  # a process-group call: it only works in a rank
+        super().tearDown()
+
+    def test_a(self):
+        self._sum()
+
+    def test_b(self):
+        self._sum()
+
+
+if __name__ == "__main__":
+    run_tests()

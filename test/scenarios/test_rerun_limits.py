@@ -1,0 +1,66 @@
+"""Reruns that could not change anything are not made.
+
+``ExpectedFailuresTest``: three ``@unittest.expectedFailure`` tests fail on every rank,
+as they declare; the world is not restarted after them and they are not rerun (its
+class prints ``WORLD_STARTS <n>``).  ``LongFailureTest``: a test that fails after
+``SLOW_SECONDS`` is rerun only while the rerun budget (``CONTINUOUS_TEST_BISECT``)
+has that long left.
+"""
+import os
+import sys
+import time
+import unittest
+
+import torch
+import torch.distributed as dist
+
+from continuous_test import MultiProcContinuousTest, run_tests
+
+
+class Gloo(MultiProcContinuousTest):
+    world_size = 2
+
+    @classmethod
+    def backend_str(cls):
+        return "gloo"
+
+    @classmethod
+    def device_type(cls):
+        return "cpu"
+
+    @classmethod
+    def tearDownClass(cls):
+        from continuous_test.controller import world
+
+        started = world._WORLDS.get(cls)
+        print(f"WORLD_STARTS {cls.__name__} {started.starts if started else None}", file=sys.stderr, flush=True)
+        super().tearDownClass()
+
+
+class ExpectedFailuresTest(Gloo):
+    @unittest.expectedFailure
+    def test_a(self):
+        self.assertEqual(self.rank, -1)
+
+    @unittest.expectedFailure
+    def test_b(self):
+        raise ValueError("known to fail")
+
+    @unittest.expectedFailure
+    def test_c(self):
+        self.assertEqual(self.rank, -1)
+
+    def test_d(self):
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        self.assertEqual(t.tolist(), [2.0, 2.0])
+
+
+class LongFailureTest(Gloo):
+    def test_slow_failure(self):
+        time.sleep(float(os.environ.get("SLOW_SECONDS", "2")))
+        self.fail("slow and failing")
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,47 @@
+"""The controller survives what happens to it (test/scenarios/test_controller_faults.py, real runs).
+
+An exception raised in the controller while it waits (a runner's own timeout) ends
+that test only: no world is left running the old test.  A setting a test needs is
+checked before anything is sent, whatever the verbosity.  Under ``pytest --pdb`` a
+test's ``tearDown`` runs in the ranks only, as without it.
+"""
+from __future__ import annotations
+
+import time
+
+import helpers
+import pytest
+from helpers import describe, pytest_counts, unittest_counts
+
+SCENARIO = "test_controller_faults.py"
+
+
+def test_an_exception_in_the_waiting_controller_leaves_no_busy_world():
+    started = time.monotonic()
+    proc = helpers.python(SCENARIO, "-v", "InterruptedWaitTest")
+    took = time.monotonic() - started
+    assert unittest_counts(proc.stderr) == {"ran": 3, "errors": 1}, describe(proc)
+    assert "ControllerTimeout: the runner's own timeout fired in the controller" in proc.stderr, describe(proc)
+    assert "test_b_innocent (__main__.InterruptedWaitTest.test_b_innocent) ... ok" in proc.stderr, describe(proc)
+    assert "test_c_innocent (__main__.InterruptedWaitTest.test_c_innocent) ... ok" in proc.stderr, describe(proc)
+    assert "ProtocolError" not in proc.stderr, describe(proc)
+    # The slow test's ranks sleep 20 s: they were stopped, not waited for.
+    assert took < 15, describe(proc)
+
+
+@pytest.mark.parametrize("verbose", [[], ["-v"]])
+def test_a_bad_heartbeat_fails_each_test_before_anything_is_sent(verbose):
+    proc = helpers.python(SCENARIO, *verbose, "TearDownInRanksTest", env={"CONTINUOUS_TEST_HEARTBEAT": "often"})
+    assert unittest_counts(proc.stderr) == {"ran": 2, "errors": 2}, describe(proc)
+    assert proc.stderr.count("Invalid heartbeat 'often' from CONTINUOUS_TEST_HEARTBEAT environment variable") == 2, \
+        describe(proc)
+    assert "ProtocolError" not in proc.stderr, describe(proc)
+
+
+def test_under_pdb_teardown_runs_in_the_ranks_only():
+    proc = helpers.pytest(SCENARIO, "--pdb", "-k", "TearDownInRanksTest")
+    assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 3}, describe(proc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
