@@ -16,7 +16,8 @@ test); the test method alone runs in each rank, with ``self.rank``,
 this test) set.  ``self.init_pg()`` creates the default process group on that
 rendezvous in one call.  The test passes only when every rank ended as declared
 with :func:`expect_exit` (or torch's ``special_return_code_checks``) and every
-other rank ended normally after passing.
+other rank ended normally after passing; a rank that failed on the way to its
+declared exit (an assertion, a subtest) fails the test, whatever its exit code.
 
 torch's idiom ``self.skip_return_code_checks = [self.test_x.__wrapped__]`` needs a
 ``__wrapped__`` on every test method: torch's class gets one by replacing the

@@ -6,8 +6,10 @@
   ``failing_ranks`` property, which ``--junitxml`` writes to the XML.
 * **Options and markers.**  ``--ct-timeout SECONDS`` (ini ``ct_timeout``) sets every
   per-test time limit, ``--ct-world-size N`` (ini ``ct_world_size``) every world size.
-  ``@pytest.mark.world_size(n)`` on a test class or ``@distributed`` function and
-  ``@pytest.mark.ct_timeout(seconds)`` on a test override them one at a time.
+  ``@pytest.mark.world_size(n)`` on a test class or module (or on one
+  ``MultiProcessTestCase`` test: its ranks are its own) and
+  ``@pytest.mark.ct_timeout(seconds)`` on a test override them one at a time.  A
+  ``world_size`` marker on one test of a shared world is a usage error.
 * **Isolation.**  ``--ct-leaks restore|fail|off`` (and the ``ct_leaks(policy)`` marker)
   sets the leak policy, ``--ct-shuffle[=SEED]`` shuffles the order of tests within
   each class and of classes within each module (the seed is in the header and in
@@ -48,6 +50,11 @@ WORLD_SIZE_HELP = "world size for every distributed test class and @distributed 
 LEAKS_HELP = "what a test that leaves process-global state changed gets: restore (default: warn), fail, off"
 SHUFFLE_HELP = "shuffle tests within each class and classes within each module; a seed replays an order"
 SHUFFLE_RANDOM = "random"
+WORLD_SIZE_ON_A_TEST = (
+    "{test}: a world_size marker on one test of a shared world would size the whole world by whichever test "
+    "starts it; mark the class (or the module), give a @distributed function its world_size=, or make the "
+    "test a MultiProcessTestCase test, whose ranks are its own"
+)
 BISECT_HELP = "seconds per run for rerunning and bisecting failed distributed tests, or off (default 120)"
 
 
@@ -213,11 +220,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         shuffle_items(items, seed)
     base = config.stash.get(_OVERRIDES, ct_config.Overrides())
     for item in items:
-        if _test_class(item) is None:
+        cls = _test_class(item)
+        if cls is None:
             continue
         size = limit = None
         try:
             marker = item.get_closest_marker("world_size")
+            if marker is not None and _shared_world(cls) and any(m.name == "world_size" for m in item.own_markers):
+                raise pytest.UsageError(WORLD_SIZE_ON_A_TEST.format(test=item.nodeid))
             if marker is not None:
                 size = ct_config.parse_positive_int(_marker_arg(marker), "world size",
                                                     f"the world_size marker of {item.nodeid}")

@@ -157,5 +157,25 @@ def test_torchrun_time_limit_dumps_stacks_and_exits():
     assert re.search(r'test_hang.py", line \d+, in test_b_hang\n\s+time.sleep\(600\)', output), describe(proc)
 
 
+def test_ctrl_c_during_a_rerun_keeps_the_failure_already_known(tmp_path):
+    proc = subprocess.Popen([sys.executable, "test_interrupted_bisect.py"], cwd=str(helpers.SCENARIOS),
+                            env=helpers.scenario_env({"STAMP_DIR": str(tmp_path)}), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "rerun-started").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert proc.returncode == EXIT_INTERRUPTED, describe(done)
+    assert "FAIL: test_a_fails_then_hangs_in_its_rerun" in err, describe(done)
+    assert "AssertionError: the failure of the test's own run" in err, describe(done)
+    assert "rerun and bisect interrupted (Ctrl-C)" in err, describe(done)
+    assert "test_b_never_runs" not in err, describe(done)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -148,5 +148,17 @@ def test_a_rank_never_joins_another_runs_world():
     assert stray.returncode == 1 and host.returncode == 1
 
 
+def test_a_leak_under_a_launcher_is_reported_once_as_it_is_there():
+    from continuous_test.verdict import leaks as verdict_leaks
+
+    proc = helpers.torchrun("test_launched_leak.py", 2)
+    both = proc.stdout + proc.stderr
+    assert proc.returncode == 0, describe(proc)
+    assert both.count("LeakWarning: LaunchedLeakTest.test_a_leaves_a_thread left process-global state changed") == 1, \
+        describe(proc)
+    assert verdict_leaks.NOT_RESTORED_LAUNCHED.format(items="live non-daemon threads") in both, describe(proc)
+    assert "the world is restarted" not in both, describe(proc)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

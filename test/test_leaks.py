@@ -302,5 +302,35 @@ def test_cleanup_a_test_registers_runs_at_its_ranks_end_and_inherited_cleanup_ne
     assert len([n for n in names if n.startswith("module-")]) == 1, names
 
 
+LEAK_RULES = {"PYTHONPATH": os.pathsep.join([str(helpers.ROOT), str(helpers.SCENARIOS / "leaklib")]), **NO_BISECT}
+
+
+def test_what_a_first_import_sets_for_itself_is_kept_and_not_reported():
+    # sys.path entries inside a module first imported during the test, warnings
+    # filters about such a module, and the variables torch sets for itself are the
+    # process's from then on, as in a process of its own; a variable of the test's is a leak.
+    proc = helpers.python("test_leak_rules.py", "-v", "ImportTimeTest", env={**LEAK_RULES, config.ENV_LEAKS: "fail"})
+    assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
+    for test in ("test_a_first_import", "test_b_needs_what_the_import_set", "test_c_torch_sets_its_cache_dir"):
+        assert f"{test} (__main__.ImportTimeTest.{test}) ... ok" in proc.stderr, describe(proc)
+    assert "left environment variable LEAK_RULES_VAR changed: unset \u2192 '1' (ranks 0, 1)" in proc.stderr, describe(proc)
+    assert "TORCHINDUCTOR_CACHE_DIR" not in proc.stderr, describe(proc)
+
+
+def test_umask_recursion_limit_tracing_and_timers_are_watched_and_put_back():
+    proc = helpers.python("test_leak_rules.py", "MissedTest", env=LEAK_RULES)
+    assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
+    for item in ("umask", "recursion limit", "trace function (sys.settrace)", "profile function (sys.setprofile)",
+                 "pending alarm or interval timer"):
+        assert f"left {item}" in proc.stderr, describe(proc)
+
+
+def test_a_thread_that_reuses_an_ended_threads_ident_is_still_a_leak():
+    proc = helpers.python("test_leak_rules.py", "ThreadTest", env=LEAK_RULES)
+    assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
+    assert "left live non-daemon threads changed: none started \u2192 'still-running' still running" in proc.stderr, \
+        describe(proc)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

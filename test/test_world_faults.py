@@ -218,5 +218,11 @@ def test_init_pg_returns_only_once_every_rank_joined():
     assert proc.returncode == 0, describe(proc)
 
 
+def test_a_forked_child_that_returns_through_the_harness_ends_there():
+    proc = helpers.python("test_forked_child_returns.py", "-v")
+    assert helpers.unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
+    assert "ProtocolError" not in proc.stderr, describe(proc)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

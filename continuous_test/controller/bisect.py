@@ -48,6 +48,7 @@ __all__ = [
     "NOTE_HEADER",
     "NOT_RERUN",
     "NOT_RERUN_LONG",
+    "INTERRUPTED",
 ]
 
 NOTE_HEADER = "continuous_test rerun and bisect ({worlds} fresh world(s), {seconds:.1f} s):"
@@ -68,6 +69,7 @@ NOT_RERUN_LONG = (
     "more than the {left:.0f} s left of the rerun budget (CONTINUOUS_TEST_BISECT)."
 )
 START_FAILED = "a fresh world could not start ({error})"
+INTERRUPTED = "continuous_test: rerun and bisect interrupted (Ctrl-C); the failure above is the test's own run."
 
 
 # The tests each live world ran since it started; a world that is restarted
@@ -105,7 +107,10 @@ def after_test(world: World, plan: TestPlan, verdict: Verdict) -> Verdict:
         elif verdict.duration >= budget - _spent:
             note = NOT_RERUN_LONG.format(seconds=verdict.duration, left=max(0.0, budget - _spent))
         else:
-            note = diagnose(world.cls, world.settings, list(history), plan)
+            try:
+                note = diagnose(world.cls, world.settings, list(history), plan)
+            except KeyboardInterrupt:  # the failure is known: it is reported, then the run stops
+                note, verdict.interrupted = INTERRUPTED, True
         seed_line = shuffle.failure_line()
         for text in (note, seed_line):
             if text:

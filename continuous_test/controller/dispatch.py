@@ -19,7 +19,7 @@ can send it as soon as every rank passed plainly.
 from __future__ import annotations
 
 import unittest
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 from continuous_test import config
 from continuous_test.controller import ahead, bisect, progress, world
@@ -58,7 +58,16 @@ def run(case: unittest.TestCase, result: Optional[unittest.TestResult]) -> Optio
             following = ahead.next_test(case)
     except ConfigError as exc:  # raised inside the test, so that the runner reports it as the test's error
         planned, error = None, exc
-    return replay.run_with(case, result, lambda: _verdict(cls, planned, error, following))
+    produced: List[Verdict] = []
+
+    def produce() -> Verdict:
+        produced.append(_verdict(cls, planned, error, following))
+        return produced[-1]
+
+    outcome = replay.run_with(case, result, produce)
+    if produced and produced[-1].interrupted:
+        raise KeyboardInterrupt  # after the runner recorded the failure, as a Ctrl-C between tests would
+    return outcome
 
 
 def _verdict(cls: type, planned: Optional[TestPlan], error: Optional[ConfigError], following: Optional[str]) -> Verdict:

@@ -30,7 +30,7 @@ STACKS_TIMEOUT = 2.0
 
 # How long a rank's end with no exit code may take to show as its template's death.
 TEMPLATE_EXIT_WAIT = 1.0
-UNEXPECTED_MESSAGE = "rank {rank} sent an unexpected {message!r} while the controller waited for {waiting}"
+UNEXPECTED_MESSAGE = "rank {rank} sent an unexpected {message} while the controller waited for {waiting}"
 _PIPE, _SENTINEL = "pipe", "sentinel"
 
 
@@ -160,7 +160,7 @@ class Watch:
         """Decode one message from a rank: every message from every rank passes here."""
         kind = type(message)
         if kind is TestDone and message.seq != goal.seq:
-            raise ProtocolError(UNEXPECTED_MESSAGE.format(rank=handle.rank, message=message, waiting=goal.describe()))
+            raise ProtocolError(UNEXPECTED_MESSAGE.format(rank=handle.rank, message=_name(message), waiting=goal.describe()))
         if kind in goal.replies:
             state.replies[handle.rank] = message
             declared = getattr(message, "exit_code", None)
@@ -177,7 +177,7 @@ class Watch:
         elif kind in goal.accepts:
             state.others.setdefault(kind, {})[handle.rank] = message
         else:
-            raise ProtocolError(UNEXPECTED_MESSAGE.format(rank=handle.rank, message=message, waiting=goal.describe()))
+            raise ProtocolError(UNEXPECTED_MESSAGE.format(rank=handle.rank, message=_name(message), waiting=goal.describe()))
 
     def _drain(self, handle: RankProcess, state: Waited, goal: Goal) -> None:
         # Read what the rank sent before it ended.
@@ -296,6 +296,12 @@ class Watch:
                     self._mark_ended(handle)
                     result.pending.discard(handle.rank)
         return result
+
+
+def _name(message: Any) -> str:
+    """A message as a report names it: its type, and its sequence number if it has one (not its payload)."""
+    seq = getattr(message, "seq", None)
+    return type(message).__name__ + (f" #{seq}" if seq is not None else "")
 
 
 def _is_failure(message: Any) -> bool:

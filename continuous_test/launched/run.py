@@ -107,7 +107,7 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     calls = timeline.lazy(lambda: timeline.build({r: records.parse(getattr(outcomes.get(r), "records", None) or b"")
                                                   if r in outcomes else None for r in range(launch.world_size)}))
     verdict = merge(test, launch.world_size, outcomes, faults, time_limit=limit,
-                    note=STOPPED_NOTE if faults else None, timeline=calls)
+                    note=STOPPED_NOTE if faults else None, timeline=calls, restartable=False)
     _after_test(cls, joined, launch, test, verdict, faults)
     return verdict
 

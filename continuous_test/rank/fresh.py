@@ -9,7 +9,6 @@ Never imports the controller.
 """
 from __future__ import annotations
 
-import unittest
 from typing import Callable
 
 from continuous_test.rank.result import RankResult, take_expect_values
@@ -42,7 +41,7 @@ def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
     rank_run.seed_everything(rank_run.SEED)
     recorder.begin_test(case)
     result = RankResult(exits_allowed=True)
-    unittest.TestCase.run(case, result)
+    rank_run.run_real(case, result)
     _maybe_destroy(case)
     outcome = RankOutcome(spec.rank, result.events, requested_exit=result.requested_exit,
                           expect_values=take_expect_values())

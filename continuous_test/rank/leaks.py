@@ -30,6 +30,7 @@ the reports is the verdict's (:mod:`continuous_test.verdict.leaks`).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import warnings
@@ -51,7 +52,8 @@ __all__ = [
 
 POLICIES = LEAK_POLICIES  # restore, fail, off (continuous_test.config)
 WATCHED = (
-    "current directory", "environment variables", "sys.path", "sys.modules (replaced or removed modules, added non-modules)",
+    "current directory", "umask", "recursion limit", "trace and profile functions", "a pending alarm or interval timer",
+    "environment variables", "sys.path", "sys.modules (replaced or removed modules, added non-modules)",
     "sys.stdout and sys.stderr", "warnings filters", "torch default dtype", "torch default device",
     "grad mode", "torch intra-op threads", "torch inter-op threads", "deterministic algorithms",
     "float32 matmul precision (TF32)", "cudnn flags", "default process group (object, rank, size)",
@@ -59,6 +61,9 @@ WATCHED = (
     "global module and optimizer hooks",
 )
 
+# Variables torch's compile stack sets for itself the first time it is used (its
+# cache directories, a process-unique pointer): once set, a process keeps them.
+LIBRARY_ENV = ("TORCHINDUCTOR_", "_TORCHINDUCTOR_", "TRITON_")
 MAX_VALUE = 120
 # A thread that is just finishing is not a leak: how long to let it end.
 THREAD_GRACE = 0.1
@@ -100,8 +105,28 @@ def _set_cudnn(value: Tuple[bool, ...]) -> None:
         setattr(torch.backends.cudnn, name, flag)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the mask sets it: put it back at once
+    os.umask(mask)
+    return mask
+
+
+def _timer() -> Tuple[float, float]:
+    return signal.getitimer(signal.ITIMER_REAL)
+
+
+def _cancel_timer(value: Tuple[float, float]) -> None:
+    # A pending alarm or interval timer (signal.alarm, setitimer) would fire in a later test.
+    signal.setitimer(signal.ITIMER_REAL, *value)
+
+
 _SCALARS: Tuple[Tuple[str, Callable[[], Any], Callable[[Any], Any]], ...] = (
     ("current directory", _cwd, os.chdir),
+    ("umask", _umask, os.umask),
+    ("recursion limit", sys.getrecursionlimit, sys.setrecursionlimit),
+    ("trace function (sys.settrace)", sys.gettrace, sys.settrace),
+    ("profile function (sys.setprofile)", sys.getprofile, sys.setprofile),
+    ("pending alarm or interval timer (ITIMER_REAL: delay, interval)", _timer, _cancel_timer),
     ("torch default dtype", torch.get_default_dtype, torch.set_default_dtype),
     ("torch default device", _device, torch.set_default_device),
     ("grad mode", torch.is_grad_enabled, torch.set_grad_enabled),
@@ -148,7 +173,7 @@ class Snapshot:
         self.streams = (sys.stdout, sys.stderr)
         self.filters = list(warnings.filters)
         self.hooks = tuple([tuple(d.items()) if d else () for _, d in _HOOKS])
-        self.threads = {t.ident for t in threading.enumerate()}
+        self.threads = set(threading.enumerate())  # objects: a new thread may reuse an ended one's ident
         self.pg, self.groups = _groups()
 
 
@@ -255,7 +280,7 @@ def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
     _check_scalars(before, found)
     _check_env(before.env, found)
     if sys.path != before.path:
-        found.append(_put_back_list("sys.path", before.path, sys.path))
+        _check_path(before, found)
     if not _modules_unchanged(before):
         _check_modules(before.modules, found)
     else:
@@ -295,6 +320,8 @@ def _check_env(old: Dict[Any, Any], found: List[Leak]) -> None:
         if old.get(key) == new.get(key):
             continue
         name = os.fsdecode(key)
+        if key not in old and name.startswith(LIBRARY_ENV):
+            continue  # set by torch for itself, once per process: kept
         before = "unset" if key not in old else repr(os.fsdecode(old[key]))
         after = "unset" if key not in new else repr(os.fsdecode(new[key]))
         if key in old:
@@ -302,6 +329,35 @@ def _check_env(old: Dict[Any, Any], found: List[Leak]) -> None:
         else:
             del os.environ[name]
         found.append(Leak(f"environment variable {name}", _cut(before), _cut(after), True))
+
+
+def _check_path(before: Snapshot, found: List[Leak]) -> None:
+    """sys.path, less what a module first imported during the test added for itself (kept, as the import is)."""
+    path = list(sys.path)
+    kept = [p for p in path if p not in before.path and _within_new_import(p, before.modules)]
+    rest = [p for p in path if p not in kept]
+    if rest != before.path:
+        found.append(_put_back_list("sys.path", before.path, rest))
+        sys.path[:] = before.path + kept
+
+
+def _within_new_import(entry: str, modules_before: Any) -> bool:
+    """Whether a path entry lies in the directory of a module first imported since ``modules_before``.
+
+    ``import setuptools`` (which torch.compile does inside a rank) appends its own
+    ``setuptools/_vendor``; a later test that imports from there needs it.
+    """
+    where = os.path.abspath(entry) if entry else ""
+    for name, module in list(sys.modules.items()):
+        if name in modules_before:
+            continue
+        dirs = list(getattr(module, "__path__", None) or ())
+        file = getattr(module, "__file__", None)
+        if file:
+            dirs.append(os.path.dirname(file))
+        if any(where == d or where.startswith(os.path.join(d, "")) for d in map(os.path.abspath, dirs)):
+            return True
+    return False
 
 
 def _put_back_list(item: str, old: list, new: list) -> Leak:
@@ -337,23 +393,32 @@ def _check_streams(old: Tuple[Any, Any], found: List[Leak]) -> None:
 
 
 def _put_back_filters(old: list, modules_before: Any) -> Optional[Leak]:
+    """The warnings filters, less those a module first imported during the test set (kept, as the import is).
+
+    A library sets filters for its own warnings at import (sympy, which torch
+    imports lazily, does; others name themselves with ``module=``): that import's
+    setup, not something the test left behind.
+    """
     new = list(warnings.filters)
-    added = [f for f in new if f not in old]
-    if added and len(new) - len(added) == len(old) and all(_imported_with(f, modules_before) for f in added):
-        # Only filters that a module imported during the test set for its own
-        # warnings (sympy, which torch imports lazily, does): that import's
-        # setup, not something the test left behind.  Kept, as the import is.
+    imported = [name for name in list(sys.modules) if name not in modules_before]
+    kept = [f for f in new if f not in old and _set_by_import(f, imported)]
+    rest = [f for f in new if f not in kept]
+    if rest == old:
         return None
+    added = [f for f in rest if f not in old]
     after = f"{len(new)} filters" + (f" (added {_filter_text(added[0])}{' ...' if len(added) > 1 else ''})" if added else "")
-    warnings.filters[:] = old  # type: ignore[index]  # a list at runtime
+    warnings.filters[:] = kept + old  # type: ignore[index]  # a list at runtime
     warnings._filters_mutated()  # type: ignore[attr-defined]  # the module's cache key
     return Leak("warnings filters", f"{len(old)} filters", _cut(after), True)
 
 
-def _imported_with(entry: tuple, modules_before: Any) -> bool:
-    """Whether a filter's warning category comes from a module first imported since ``modules_before``."""
-    module = getattr(entry[2], "__module__", None)
-    return bool(module) and module not in modules_before and module in sys.modules
+def _set_by_import(entry: tuple, imported: List[str]) -> bool:
+    """Whether a filter is about a module first imported during the test: its category's, or its ``module=``."""
+    category_module = getattr(entry[2], "__module__", None)
+    if category_module in imported:
+        return True
+    pattern = entry[3]
+    return pattern is not None and any(pattern.match(name) for name in imported)
 
 
 def _filter_text(entry: tuple) -> str:
@@ -373,7 +438,7 @@ def _check_hooks(old: Tuple[tuple, ...], found: List[Leak]) -> None:
 
 def _check_threads(old: set, found: List[Leak]) -> None:
     for thread in threading.enumerate():
-        if thread.ident in old or thread.daemon:
+        if thread in old or thread.daemon:
             continue
         thread.join(THREAD_GRACE)
         if thread.is_alive():

@@ -181,12 +181,32 @@ def run_case(case: unittest.TestCase, rank: int, policy: str) -> RankOutcome:
     recorder.begin_test(case)
     seed_everything(SEED)
     result = RankResult()
-    unittest.TestCase.run(case, result)  # the real run, not the override that picks a role
+    run_real(case, result)
     report = leaks.check(before, policy) if before is not None else None
     _release_subgroups(groups)
     flush_output()
     return RankOutcome(rank, result.events, group_changed=default_group_changed(), leaks=report,
                        expect_values=take_expect_values())
+
+
+FORKED_CHILD_RETURNED = (
+    "continuous_test: a process that {test} forked returned from the test instead of exiting; "
+    "it exits here, so that only the rank reports the test"
+)
+
+
+def run_real(case: unittest.TestCase, result: unittest.TestResult) -> None:
+    """unittest's own run of ``case`` (not the override that picks a role), in this process only.
+
+    A child the test forks that returns from the test, instead of exiting, would
+    go on as a second copy of this rank and report the test again: it ends here.
+    """
+    pid = os.getpid()
+    unittest.TestCase.run(case, result)
+    if os.getpid() != pid:
+        print(FORKED_CHILD_RETURNED.format(test=case.id()), file=sys.stderr)
+        flush_output()
+        os._exit(0)
 
 
 def _group_names() -> set:

@@ -15,11 +15,16 @@ LEAK_HEADER = "{test} left process-global state changed (leak policy '{policy}')
 LEAK_LINE = "  left {item} changed: {before} \u2192 {after} ({ranks})"
 RESTORED = "  put back before the next test"
 NOT_RESTORED = "  could not be put back ({items}): the world is restarted before the next test"
+# Under a launcher the ranks are the launched processes: they go on.
+NOT_RESTORED_LAUNCHED = (
+    "  could not be put back ({items}): under a launcher the ranks cannot be restarted, so the tests after it "
+    "run with it"
+)
 FAILED_BY_POLICY = "(the test fails because its leak policy is 'fail'; 'restore' would only warn)"
 
 
-def format_report(test: str, reports: Dict[int, LeakReport]) -> str:
-    """The text of a leak report: one line per change, with the ranks that made it."""
+def format_report(test: str, reports: Dict[int, LeakReport], restartable: bool = True) -> str:
+    """The text of a leak report: one line per change, with the ranks that made it, and what happens next."""
     policy = next(iter(reports.values())).policy
     by_change: Dict[Leak, List[int]] = {}
     for rank, report in sorted(reports.items()):
@@ -29,7 +34,10 @@ def format_report(test: str, reports: Dict[int, LeakReport]) -> str:
     for leak, ranks in by_change.items():
         lines.append(LEAK_LINE.format(item=leak.item, before=leak.before, after=leak.after, ranks=rank_list(ranks)))
     stuck = sorted({leak.item for leak in by_change if not leak.restored})
-    lines.append(NOT_RESTORED.format(items=", ".join(stuck)) if stuck else RESTORED)
+    if stuck:
+        lines.append((NOT_RESTORED if restartable else NOT_RESTORED_LAUNCHED).format(items=", ".join(stuck)))
+    else:
+        lines.append(RESTORED)
     return "\n".join(lines)
 
 
@@ -38,11 +46,11 @@ def unrestored(reports: Dict[int, LeakReport]) -> bool:
     return any(not leak.restored for report in reports.values() for leak in report.leaks)
 
 
-def failing(test: str, reports: Dict[int, LeakReport]) -> Optional[LeakError]:
+def failing(test: str, reports: Dict[int, LeakReport], restartable: bool = True) -> Optional[LeakError]:
     """The failure of a test whose leak policy is ``fail``; None under ``restore``."""
     if not any(report.policy == "fail" for report in reports.values()):
         return None
-    return LeakError(f"{format_report(test, reports)}\n{FAILED_BY_POLICY}")
+    return LeakError(f"{format_report(test, reports, restartable)}\n{FAILED_BY_POLICY}")
 
 
 def warn(verdict: Any, test_function: Any) -> None:

@@ -112,6 +112,8 @@ class Verdict:
     expected_failure: bool = False
     # Seconds from the test's send to the last rank's report (0.0 where not measured).
     duration: float = 0.0
+    # Ctrl-C came while its failure was diagnosed: the runner records the failure, then stops.
+    interrupted: bool = False
 
     @property
     def failed(self) -> bool:
@@ -159,6 +161,7 @@ def merge(
     time_limit: float = 0.0,
     note: Optional[str] = None,
     timeline: Optional[Callable[[], Optional[Timeline]]] = None,
+    restartable: bool = True,
 ) -> Verdict:
     """Merge every rank's outcome of one run of ``test``, and the faults seen, into one verdict.
 
@@ -187,22 +190,22 @@ def merge(
     verdict.restart_world = bool(faults) or (verdict.failed and not verdict.expected_failure)
     leak_reports = {r: o.leaks for r, o in outcomes.items() if o.leaks is not None}
     if leak_reports:
-        _judge_leaks(test, verdict, leak_reports)
+        _judge_leaks(test, verdict, leak_reports, restartable)
     return verdict
 
 
-def _judge_leaks(test: str, verdict: Verdict, reports: Dict[int, LeakReport]) -> None:
+def _judge_leaks(test: str, verdict: Verdict, reports: Dict[int, LeakReport], restartable: bool) -> None:
     """Fold the ranks' leak reports into ``verdict``: a warning (restore), a failure (fail), a restart."""
     if verdict_leaks.unrestored(reports):
         verdict.restart_world = True
-    failure = verdict_leaks.failing(test, reports)
+    failure = verdict_leaks.failing(test, reports, restartable)
     if failure is None:
-        verdict.leak_report = verdict_leaks.format_report(test, reports)
+        verdict.leak_report = verdict_leaks.format_report(test, reports, restartable)
     elif not verdict.failed:
         verdict.status, verdict.error = Status.FAIL, failure
         verdict.restart_world = True  # as for any failure: the next test starts clean
     elif verdict.error is not None:
-        add_note(verdict.error, verdict_leaks.format_report(test, reports))
+        add_note(verdict.error, verdict_leaks.format_report(test, reports, restartable))
 
 
 def _failed_as_expected(outcome: RankOutcome) -> bool:
@@ -345,14 +348,18 @@ def judge_endings(
     skip = _skip_exit(endings, expected)
     if skip is not None:
         return Verdict(Status.SKIP, skip_reason=skip)
-    outcomes = {r: e.outcome for r, e in endings.items()
-                if e.outcome is not None and not (expected and expected.applies_to(r))}
+    # A rank that ended as declared has no outcome of its own for the test (it exited
+    # in it); what it reported before, a failed subtest say, still counts.
+    outcomes = {r: e.outcome for r, e in endings.items() if e.outcome is not None}
     return merge(test, world_size, outcomes, outputs=outputs, timeline=timeline)
 
 
 def _ended_as_declared(ending: RankEnding, expected: Optional[ExpectedExit]) -> bool:
     if expected is not None and expected.applies_to(ending.rank):
-        return expected.matches(ending.exitcode)
+        # The declared exit, and no failure on the way to it: an assertion that failed
+        # (whose rank exits with TEST_ERROR_EXIT_CODE, 10) is not a declared exit of 10.
+        failed = ending.outcome is not None and ending.outcome.has_failure()
+        return expected.matches(ending.exitcode) and not failed
     # A rank whose test failed exits with torch's TEST_ERROR_EXIT_CODE: a normal
     # end, and its own failure is the report.
     if ending.outcome is not None and ending.exitcode == (TEST_ERROR_EXIT_CODE if ending.outcome.has_failure() else 0):

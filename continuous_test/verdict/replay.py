@@ -18,6 +18,7 @@ from __future__ import annotations
 import unittest
 from typing import Callable, Optional
 
+from continuous_test import _role
 from continuous_test.verdict.leaks import warn
 from continuous_test.verdict.merge import Status, Verdict
 
@@ -63,7 +64,7 @@ def verdict_of(case: unittest.TestCase, produce: Callable[[], Verdict]) -> Verdi
 def raise_verdict(case: Optional[unittest.TestCase], verdict: Verdict, fn: Optional[Callable] = None) -> None:
     """Raise ``verdict`` inside the running test (``case``, or None for the pytest function ``fn``)."""
     __tracebackhide__ = True  # noqa: F841 - pytest starts the report at the ranks' tracebacks
-    if verdict.leak_report:
+    if verdict.leak_report and not _role.rank():  # launched: rank 0 reports for every rank
         warn(verdict, fn if case is None else getattr(case, case._testMethodName, None))
     for sid, sub in verdict.subtests:
         if case is None:  # a plain function has no subtests to report into

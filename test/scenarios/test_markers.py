@@ -29,9 +29,8 @@ class PlainWorldTest(MultiProcContinuousTest):
         time.sleep(30)
 
 
-@pytest.mark.world_size(3)
-@continuous_test.distributed(world_size=2)
-def test_function_world_size_from_marker():
+@continuous_test.distributed(world_size=3)
+def test_function_world_size_from_its_decorator():
     assert dist.get_world_size() == int(os.environ.get("EXPECTED_WORLD_SIZE", 3))
 
 

@@ -1,0 +1,2 @@
+"""Imported from the directory fakelib put on sys.path."""
+VALUE = 42

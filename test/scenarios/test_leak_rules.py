@@ -1,0 +1,92 @@
+"""What the leak check keeps, and what it must not miss.
+
+Run with ``leaklib`` on ``PYTHONPATH``.  ``ImportTimeTest``: ``test_a`` imports
+``fakelib`` for the first time, which adds its ``_vendor`` directory to sys.path
+and a warnings filter for itself; ``test_b`` needs both.  ``test_c`` sets a
+variable torch's compile stack sets for itself (kept); ``test_d`` sets one of its
+own (a leak).  ``MissedTest``: ``test_a`` leaves the umask, the recursion limit,
+a trace and a profile function and a pending timer changed; ``test_b`` needs them
+as they were.  ``ThreadTest``: a thread that ended is followed by a new one that
+may reuse its ident (the first one is a daemon, which the check leaves alone), and
+stays alive: a leak either way.
+"""
+import os
+import signal
+import sys
+import threading
+import warnings
+
+from continuous_test import MultiProcContinuousTest, run_tests
+
+
+class Gloo(MultiProcContinuousTest):
+    world_size = 2
+
+    @classmethod
+    def backend_str(cls):
+        return "gloo"
+
+    @classmethod
+    def device_type(cls):
+        return "cpu"
+
+
+class ImportTimeTest(Gloo):
+    def test_a_first_import(self):
+        import fakelib  # noqa: F401
+
+    def test_b_needs_what_the_import_set(self):
+        import fake_vendored
+
+        self.assertEqual(fake_vendored.VALUE, 42)
+        self.assertTrue(any(f[0] == "ignore" and f[3] is not None and f[3].pattern == "fakelib"
+                            for f in warnings.filters), warnings.filters)
+
+    def test_c_torch_sets_its_cache_dir(self):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/torchinductor_test"
+
+    def test_d_sets_a_variable_of_its_own(self):
+        os.environ["LEAK_RULES_VAR"] = "1"
+
+
+def _trace(frame, event, arg):
+    return None
+
+
+class MissedTest(Gloo):
+    def test_a_changes_process_state(self):
+        os.umask(0o077)
+        sys.setrecursionlimit(sys.getrecursionlimit() + 100)
+        sys.settrace(_trace)
+        sys.setprofile(_trace)
+        signal.setitimer(signal.ITIMER_REAL, 100.0)
+
+    def test_b_needs_it_as_it_was(self):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        self.assertEqual(mask, 0o022)
+        self.assertIsNone(sys.gettrace())
+        self.assertIsNone(sys.getprofile())
+        self.assertEqual(signal.getitimer(signal.ITIMER_REAL), (0.0, 0.0))
+
+
+_ENDING = threading.Event()
+
+
+class ThreadTest(Gloo):
+    def test_a_starts_a_thread_that_ends_later(self):
+        threading.Thread(target=_ENDING.wait, name="ends-in-the-next-test", daemon=True).start()
+
+    def test_b_reuses_its_ident(self):
+        ended = next(t for t in threading.enumerate() if t.name == "ends-in-the-next-test")
+        ident = ended.ident
+        _ENDING.set()
+        ended.join()
+        stop = threading.Event()
+        late = threading.Thread(target=stop.wait, args=(30,), name="still-running", daemon=False)
+        late.start()
+        print(f"IDENT_REUSED {late.ident == ident}", flush=True)
+
+
+if __name__ == "__main__":
+    run_tests()
