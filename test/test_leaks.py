@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import threading
 import unittest
@@ -29,7 +30,9 @@ def _check(change, policy="restore"):
     change()
     report = leaks.check(before, policy)
     assert report is not None, "the change was not seen"
-    assert leaks.check(leaks.take(), policy) is None
+    # What was reported as put back is back: the state equals the snapshot from before.
+    again = leaks.check(before, policy)
+    assert again is None or all(not leak.restored for leak in again.leaks), f"reported as put back, still changed: {again}"
     return report
 
 
@@ -157,6 +160,10 @@ def test_environment_cwd_and_path_are_put_back(tmp_path):
                  "cudnn flags (enabled, benchmark, deterministic, allow_tf32)",
                  marks=pytest.mark.skipif(not torch.backends.cudnn.is_available(), reason="watched where cudnn is")),
     (lambda: torch.set_default_device("meta"), "torch default device"),
+    (lambda: os.umask(0o077), "umask"),
+    (lambda: sys.setrecursionlimit(sys.getrecursionlimit() + 7), "recursion limit"),
+    (lambda: sys.setprofile(lambda *a: None), "profile function (sys.setprofile)"),
+    (lambda: signal.setitimer(signal.ITIMER_REAL, 100.0), "pending alarm or interval timer (ITIMER_REAL: delay, interval)"),
     (lambda: warnings.simplefilter("error", DeprecationWarning), "warnings filters"),
     (lambda: setattr(sys, "stdout", open(os.devnull, "w")), "sys.stdout"),
     (lambda: sys.modules.__setitem__("json", object()), "sys.modules['json']"),

@@ -25,7 +25,7 @@ class ExpectExitTest(MultiProcessTestCase):
         if self.rank == 1:
             self.assertEqual("declared", "failed")
 
-    @expect_exit(3, ranks=[1])
+    @expect_exit(10, ranks=[1])
     def test_c_own_failure_beside_a_wrong_ending(self):
         if self.rank == 1:
             self.assertEqual("rank 1's own", "failure")

@@ -18,6 +18,9 @@ import warnings
 
 from continuous_test import MultiProcContinuousTest, run_tests
 
+# As in a process where torch's compile stack has not run yet (the caller's may have).
+os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+
 
 class Gloo(MultiProcContinuousTest):
     world_size = 2

@@ -17,3 +17,8 @@ class MarkedTest(MultiProcContinuousTest):
     @pytest.mark.world_size(3)
     def test_b(self):
         pass
+
+
+if __name__ == "__main__":
+    # Markers are pytest's.
+    raise SystemExit(pytest.main([__file__]))
