@@ -224,5 +224,18 @@ def test_a_forked_child_that_returns_through_the_harness_ends_there():
     assert "ProtocolError" not in proc.stderr, describe(proc)
 
 
+def test_a_skip_on_one_rank_while_a_peer_waits_is_reported_within_the_grace_period():
+    started = time.monotonic()
+    proc = helpers.python("test_skip_on_one_rank.py", "-v", env={"CONTINUOUS_TEST_BISECT": "off"})
+    took = time.monotonic() - started
+    assert helpers.unittest_counts(proc.stderr) == {"ran": 2, "failures": 1}, describe(proc)
+    assert ("InconsistentSkipError: SkipOnOneRankTest.test_a_skips_on_rank_0_only was skipped on rank 0 "
+            "but ran on rank 1") in proc.stderr, describe(proc)
+    assert "rank 1 did not finish SkipOnOneRankTest.test_a_skips_on_rank_0_only within the 3 s grace period " \
+        "after rank 0 skipped it" in proc.stderr, describe(proc)
+    assert "test_b_innocent (__main__.SkipOnOneRankTest.test_b_innocent) ... ok" in proc.stderr, describe(proc)
+    assert took < 40, describe(proc)  # the grace period (3 s), not the process group's timeout (120 s)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

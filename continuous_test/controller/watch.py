@@ -22,7 +22,7 @@ from continuous_test.errors import ProtocolError
 from continuous_test.template import server as template
 from continuous_test.wire import messages
 from continuous_test.wire.messages import DumpStacks, InitFailed, Stacks, TestDone
-from continuous_test.wire.outcome import FaultKind, RankFault
+from continuous_test.wire.outcome import EventKind, FaultKind, RankFault
 
 
 STACKS_TIMEOUT = 2.0
@@ -172,7 +172,9 @@ class Watch:
                 state.exits[handle.rank] = declared
                 state.pending.discard(handle.rank)
                 self.declared.add(handle.rank)
-            if _is_failure(message):
+            if _is_failure(message) or (_skipped(message) and state.pending):
+                # A rank that skipped while others run on: a peer may be waiting for it
+                # in a collective, so they get the grace period too, as after a failure.
                 self._failed(state, goal)
         elif kind in goal.accepts:
             state.others.setdefault(kind, {})[handle.rank] = message
@@ -302,6 +304,12 @@ def _name(message: Any) -> str:
     """A message as a report names it: its type, and its sequence number if it has one (not its payload)."""
     seq = getattr(message, "seq", None)
     return type(message).__name__ + (f" #{seq}" if seq is not None else "")
+
+
+def _skipped(message: Any) -> bool:
+    """True for a TestDone that reports the whole test skipped on its rank."""
+    outcome = getattr(message, "outcome", None) if isinstance(message, TestDone) else None
+    return outcome is not None and any(e.kind is EventKind.SKIP and e.subtest is None for e in outcome.events)
 
 
 def _is_failure(message: Any) -> bool:

@@ -74,7 +74,7 @@ INCONSISTENT_SKIP = (
     "Decide the skip from facts that are the same on all ranks."
 )
 DIED = "rank {rank} died with {how} while running {test}"
-STUCK = "rank {rank} did not finish {test} within the {grace:g} s grace period after {failed} failed"
+STUCK = "rank {rank} did not finish {test} within the {grace:g} s grace period after {cause}"
 TIMED_OUT = "{test} exceeded its time limit of {limit:g} s on {ranks}"
 NO_REPORT = "rank {rank} never reported an outcome for {test}"
 INTERRUPTED = "rank {rank} was still running {test} {grace:g} s after a peer died"
@@ -292,6 +292,12 @@ def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, not
     if timed_out:
         report.lines.insert(0, TIMED_OUT.format(test=test, limit=time_limit, ranks=rank_list(timed_out)))
     etype: type = RankTimeoutError if timed_out else RankStuckError
+    skipped = [r for r, u in sorted(main.items()) if u.status is Status.SKIP]
+    stuck = sorted(f.rank for f in faults if f.kind is FaultKind.STUCK)
+    if skipped and stuck and not failed and not timed_out:
+        # Skipped on some ranks while others never finished: they ran it, and waited for the skippers.
+        etype = InconsistentSkipError
+        report.lines.insert(0, INCONSISTENT_SKIP.format(test=test, skipped=rank_list(skipped), ran=rank_list(stuck)))
     for fault in sorted(faults, key=lambda f: (f.kind not in _DEATHS, f.rank)):
         if fault.kind is FaultKind.DIED:
             etype = RankDiedError
@@ -300,8 +306,9 @@ def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, not
             etype = RankDiedError
             report.lines.insert(0, TEMPLATE_DIED.format(rank=fault.rank, test=test))
         elif fault.kind is FaultKind.STUCK:
-            failed_ranks = rank_list(failed) if failed else "a peer"
-            report.lines.append(STUCK.format(rank=fault.rank, test=test, grace=grace, failed=failed_ranks))
+            cause = f"{rank_list(failed)} failed" if failed else (f"{rank_list(skipped)} skipped it" if skipped
+                                                                   else "a peer failed")
+            report.lines.append(STUCK.format(rank=fault.rank, test=test, grace=grace, cause=cause))
         elif fault.kind is FaultKind.NO_REPORT:
             report.lines.append(NO_REPORT.format(rank=fault.rank, test=test))
         elif fault.kind is FaultKind.INTERRUPTED:
