@@ -122,5 +122,12 @@ def test_expect_exit_never_hides_a_failure_on_the_way_to_the_exit():
     assert "AssertionError: 'declared' != 'failed'" in proc.stderr, describe(proc)
 
 
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_fresh_ranks_init_their_own_group_behind_torchs_barrier(setting):
+    env = {} if setting is None else {"TORCH_DIST_INIT_BARRIER": setting, "EXPECTED_BARRIER": setting}
+    proc = helpers.python("test_init_barrier.py", env=env)
+    assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -9,13 +9,16 @@ Never imports the controller.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from continuous_test.rank.result import RankResult, take_expect_values
 from continuous_test.wire.messages import RankSpec, TestDone
 from continuous_test.wire.outcome import TEST_ERROR_EXIT_CODE, ErrorRecord, Event, EventKind, RankOutcome
 
-__all__ = ["run_single"]
+__all__ = ["run_single", "ENV_TORCH_INIT_BARRIER"]
+
+ENV_TORCH_INIT_BARRIER = "TORCH_DIST_INIT_BARRIER"
 
 
 def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
@@ -38,6 +41,10 @@ def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
         return _report(spec, send, RankOutcome(spec.rank, [event]), TEST_ERROR_EXIT_CODE)
     case.rank = spec.rank
     case.file_name = spec.rendezvous_file
+    # torch's own switch: init_process_group returns once every rank created its group,
+    # so a rank that ends its test first cannot close its connections while a peer
+    # still makes them (gloo: "connectFullMesh failed ... Connection closed by peer").
+    os.environ.setdefault(ENV_TORCH_INIT_BARRIER, "1")
     rank_run.seed_everything(rank_run.SEED)
     recorder.begin_test(case)
     result = RankResult(exits_allowed=True)
