@@ -121,5 +121,15 @@ def test_marker_and_class_attribute_turn_a_test_off():
     assert recorder._decide(Marked, "test_x") is False
 
 
+def test_a_call_that_returns_a_work_handle_is_marked_as_under_way(ring):
+    recorder.begin_test(Case())
+    work = dist.all_reduce(torch.ones(2), async_op=True)
+    work.wait()
+    dist.all_reduce(torch.ones(2))
+    started, done = records.read_file(ring).calls
+    assert started.status == records.STATUS_ASYNC and done.status == records.STATUS_RETURNED
+    assert started.describe().endswith("(returned a work handle; its wait is not recorded)")
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -199,5 +199,20 @@ def test_docs_page_shows_a_current_capture():
     assert MISMATCH.format(seq=1, group="", op="all_reduce") in capture_timeline.excerpt(output, "TrainStepTest.test_shapes")
 
 
+def test_point_to_point_calls_that_do_not_pair_up_are_a_divergence():
+    def call(seq, op, peer, status=records.STATUS_ASYNC):
+        return records.Call(seq, seq, op, records.FLAG_P2P, status, "float32", (4,), -1, peer, "", "test_x.py", 40 + seq)
+
+    ranks = {0: records.RankCalls(0, 1, (call(1, "isend", 1), call(2, "isend", 1))),
+             1: records.RankCalls(1, 1, (call(1, "irecv", 0), call(2, "send", 0, records.STATUS_WAITING)))}
+    built = timeline.build(ranks)
+    assert built.divergent, built.text
+    assert timeline.P2P_UNMATCHED.format(src=0, dst=1, sent=2, received=1) in built.text
+    assert timeline.P2P_UNMATCHED.format(src=1, dst=0, sent=1, received=0) in built.text
+    assert "isend(peer 1) #2 [float32(4)] at test_x.py:42 (returned a work handle; its wait is not recorded)" in built.text
+    paired = {0: records.RankCalls(0, 1, (call(1, "isend", 1),)), 1: records.RankCalls(1, 1, (call(1, "irecv", 0),))}
+    assert not timeline.build(paired).divergent
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

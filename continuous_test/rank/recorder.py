@@ -213,10 +213,17 @@ def _wrap(fn: Callable, op: _Op) -> Callable:
         except BaseException:
             ring.mm[status] = tl.STATUS_RAISED
             raise
-        ring.mm[status] = tl.STATUS_RETURNED
+        ring.mm[status] = tl.STATUS_RETURNED if result is None or not _is_work(result) else tl.STATUS_ASYNC
         return result
 
     return recorded
+
+
+def _is_work(result: Any) -> bool:
+    """Whether a call returned a work handle (or a list of them): it is then still under way."""
+    if isinstance(result, list):
+        return bool(result) and hasattr(result[0], "wait")
+    return hasattr(result, "wait")
 
 
 def _compiling_check() -> Callable[[], bool]:

@@ -39,6 +39,7 @@ HEADING = "collective timeline (last call of each rank in this test):"
 DIVERGENCE = "first divergence at #{seq}{group}"
 MISMATCH = "first divergence at #{seq}{group}: {op} with different shapes or dtypes"
 NO_CALL = "no call #{seq}"
+P2P_UNMATCHED = "point-to-point: rank {src} sent {sent} to rank {dst}, which received {received} from it"
 NO_CALLS = "no collective calls in this test"
 NO_RECORDS = "no records (recording off, or the rank never started this test)"
 DROPPED = "({n} earlier calls of this test not kept)"
@@ -59,7 +60,7 @@ def build(ranks: Dict[int, Optional[RankCalls]], dead: Iterable[int] = ()) -> Ti
     """Group ranks by their last call and find the first divergence; a ``dead`` rank's waiting call says so."""
     dead = set(dead)
     lines = _last_calls(ranks, dead)
-    divergence = _first_divergence(ranks)
+    divergence = _first_divergence(ranks) + _unmatched_p2p(ranks)
     if divergence:
         lines.extend(divergence)
     return Timeline("\n".join(lines), bool(divergence))
@@ -102,6 +103,33 @@ def _first_divergence(ranks: Dict[int, Optional[RankCalls]]) -> List[str]:
                 break
     found.sort(key=lambda item: item[0])
     return [line for _, lines in found for line in lines]
+
+
+_SENDS = ("send", "isend")
+_RECVS = ("recv", "irecv")
+
+
+def _unmatched_p2p(ranks: Dict[int, Optional[RankCalls]]) -> List[str]:
+    """Lines about ranks whose point-to-point sends and receives do not pair up (a p2p deadlock's trace).
+
+    Counted per direction, from the sender's sends to a peer and the peer's receives
+    from it; a receive from any source, or a rank whose early records were dropped,
+    leaves its pairs unjudged.
+    """
+    sent: Dict[Tuple[int, int], int] = {}
+    received: Dict[Tuple[int, int], int] = {}
+    for rank, calls in ranks.items():
+        if calls is None or calls.dropped:
+            continue
+        for call in calls.calls:
+            if call.op in _SENDS and call.peer >= 0:
+                sent[(rank, call.peer)] = sent.get((rank, call.peer), 0) + 1
+            elif call.op in _RECVS and call.peer >= 0:
+                received[(call.peer, rank)] = received.get((call.peer, rank), 0) + 1
+    judged = {r for r, calls in ranks.items() if calls is not None and not calls.dropped}
+    return [P2P_UNMATCHED.format(src=src, dst=dst, sent=sent.get((src, dst), 0), received=received.get((src, dst), 0))
+            for src, dst in sorted(set(sent) | set(received))
+            if src in judged and dst in judged and sent.get((src, dst), 0) != received.get((src, dst), 0)]
 
 
 def _group_names(ranks: Dict[int, Optional[RankCalls]]) -> List[str]:

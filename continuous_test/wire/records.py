@@ -32,6 +32,9 @@ MAX_DIMS = 6
 RECORD = struct.Struct(f"<QIIBBBBbxxxiiI{MAX_DIMS}q40s64s")
 STATUS_OFFSET = struct.calcsize("<QIIBB")
 STATUS_WAITING, STATUS_RETURNED, STATUS_RAISED = 1, 2, 3
+# Returned a work handle (async_op=True, isend, irecv, batch_isend_irecv): the call is
+# under way, and its wait() is not recorded; the stacks say whether the rank is in it.
+STATUS_ASYNC = 4
 FLAG_P2P, FLAG_OBJECTS, FLAG_LIST = 1, 2, 4
 
 
@@ -50,7 +53,8 @@ DTYPES: Tuple[str, ...] = (
     "?", "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
     "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64",
 )
-_STATUS = {STATUS_WAITING: "waiting", STATUS_RETURNED: "returned", STATUS_RAISED: "raised"}
+_STATUS = {STATUS_WAITING: "waiting", STATUS_RETURNED: "returned", STATUS_RAISED: "raised",
+           STATUS_ASYNC: "returned a work handle; its wait is not recorded"}
 
 
 @dataclass(frozen=True)
