@@ -81,7 +81,10 @@ def function_verdict(cls: type, name: str, test_id: str, kwargs: Dict[str, objec
     """The verdict of one call of a ``@distributed`` function, run as method ``name`` of its hidden class."""
     planned = plan(cls, name, test_id, kwargs)
     _run_settings()
-    return _run_in_world(cls, planned)
+    verdict = _run_in_world(cls, planned)
+    if verdict.interrupted:
+        raise KeyboardInterrupt  # pytest ends the session, as at any Ctrl-C
+    return verdict
 
 
 def _run_in_world(cls: type, planned: TestPlan, then: Optional[Callable[[], Optional[TestPlan]]] = None) -> Verdict:

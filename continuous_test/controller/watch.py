@@ -172,7 +172,7 @@ class Watch:
                 state.exits[handle.rank] = declared
                 state.pending.discard(handle.rank)
                 self.declared.add(handle.rank)
-            if _is_failure(message) or (_skipped(message) and state.pending):
+            if _is_failure(message) or (_skipped(message) and state.pending and not goal.until_exit):
                 # A rank that skipped while others run on: a peer may be waiting for it
                 # in a collective, so they get the grace period too, as after a failure.
                 self._failed(state, goal)

@@ -63,7 +63,7 @@ WATCHED = (
 
 # Variables torch's compile stack sets for itself the first time it is used (its
 # cache directories, a process-unique pointer): once set, a process keeps them.
-LIBRARY_ENV = ("TORCHINDUCTOR_", "_TORCHINDUCTOR_", "TRITON_")
+LIBRARY_ENV = frozenset({"TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", "TRITON_CACHE_DIR"})
 MAX_VALUE = 120
 # A thread that is just finishing is not a leak: how long to let it end.
 THREAD_GRACE = 0.1
@@ -106,27 +106,36 @@ def _set_cudnn(value: Tuple[bool, ...]) -> None:
 
 
 def _umask() -> int:
+    try:  # Linux 4.7 and later say it without changing it
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o022)  # reading the mask sets it: put it back at once
     os.umask(mask)
     return mask
 
 
-def _timer() -> Tuple[float, float]:
-    return signal.getitimer(signal.ITIMER_REAL)
+def _timer() -> bool:
+    # Whether a real-time timer is pending: its remaining time shrinks by itself, so a
+    # timer pending before the test (a runner's own, pytest-timeout's) is no change.
+    return signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0)
 
 
-def _cancel_timer(value: Tuple[float, float]) -> None:
-    # A pending alarm or interval timer (signal.alarm, setitimer) would fire in a later test.
-    signal.setitimer(signal.ITIMER_REAL, *value)
+def _cancel_timer(pending: bool) -> None:
+    # A pending alarm or interval timer (signal.alarm, setitimer) the test left would fire in a later test.
+    if not pending:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 _SCALARS: Tuple[Tuple[str, Callable[[], Any], Callable[[Any], Any]], ...] = (
     ("current directory", _cwd, os.chdir),
     ("umask", _umask, os.umask),
-    ("recursion limit", sys.getrecursionlimit, sys.setrecursionlimit),
     ("trace function (sys.settrace)", sys.gettrace, sys.settrace),
     ("profile function (sys.setprofile)", sys.getprofile, sys.setprofile),
-    ("pending alarm or interval timer (ITIMER_REAL: delay, interval)", _timer, _cancel_timer),
+    ("pending alarm or interval timer (ITIMER_REAL)", _timer, _cancel_timer),
     ("torch default dtype", torch.get_default_dtype, torch.set_default_dtype),
     ("torch default device", _device, torch.set_default_device),
     ("grad mode", torch.is_grad_enabled, torch.set_grad_enabled),
@@ -162,11 +171,12 @@ _HOOKS = _hook_dicts()
 class Snapshot:
     """Process-global state before a test; taken by the rank, compared after the test."""
 
-    __slots__ = ("scalars", "env", "path", "modules", "modules_tag", "streams", "filters", "hooks", "threads", "pg",
+    __slots__ = ("scalars", "recursion", "env", "path", "modules", "modules_tag", "streams", "filters", "hooks", "threads", "pg",
                  "groups")
 
     def __init__(self) -> None:
         self.scalars = tuple([read() for _, read, _ in _SCALARS])
+        self.recursion = sys.getrecursionlimit()
         self.env = dict(os.environ._data)  # type: ignore[attr-defined]  # raw copy: no decoding
         self.path = list(sys.path)
         self.modules, self.modules_tag = _modules_copy()
@@ -278,6 +288,7 @@ def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
     """Compare with ``before``, put back what can be, and report (None: no change); due after tearDown and cleanups."""
     found: List[Leak] = []
     _check_scalars(before, found)
+    _check_recursion_limit(before.recursion, found)
     _check_env(before.env, found)
     if sys.path != before.path:
         _check_path(before, found)
@@ -295,6 +306,15 @@ def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
     _check_threads(before.threads, found)
     _check_groups(before, found)
     return LeakReport(policy, tuple(found)) if found else None
+
+
+def _check_recursion_limit(old: int, found: List[Leak]) -> None:
+    # A raise is what libraries do for themselves (torch's inductor raises it to 2000
+    # when it compiles) and harms no later test; a lower limit would.
+    new = sys.getrecursionlimit()
+    if new < old:
+        sys.setrecursionlimit(old)
+        found.append(Leak("recursion limit (lowered)", str(old), str(new), True))
 
 
 def _check_scalars(before: Snapshot, found: List[Leak]) -> None:
@@ -320,7 +340,7 @@ def _check_env(old: Dict[Any, Any], found: List[Leak]) -> None:
         if old.get(key) == new.get(key):
             continue
         name = os.fsdecode(key)
-        if key not in old and name.startswith(LIBRARY_ENV):
+        if key not in old and name in LIBRARY_ENV:
             continue  # set by torch for itself, once per process: kept
         before = "unset" if key not in old else repr(os.fsdecode(old[key]))
         after = "unset" if key not in new else repr(os.fsdecode(new[key]))
@@ -418,7 +438,9 @@ def _set_by_import(entry: tuple, imported: List[str]) -> bool:
     if category_module in imported:
         return True
     pattern = entry[3]
-    return pattern is not None and any(pattern.match(name) for name in imported)
+    # module= names the library itself (a regex matched at the module name's start):
+    # it must be exactly a module first imported during the test, not a prefix of one.
+    return pattern is not None and pattern.pattern.removesuffix("\\Z").removesuffix("$") in imported
 
 
 def _filter_text(entry: tuple) -> str:
@@ -453,11 +475,6 @@ def _check_groups(before: Snapshot, found: List[Leak]) -> None:
         if pg is not None and old is not None:  # replaced: the rank re-initializes its own
             restored = _destroy_default()
         found.append(Leak("default process group", _describe_pg(old), _describe_pg(pg), restored))
-
-
-def _new_groups(groups: frozenset, old: frozenset, default: Optional[tuple]) -> List[Tuple[Any, str]]:
-    skip = default[0] if default is not None else None
-    return [(g, _c10d()._world.pg_names[g]) for g in groups - old if g is not skip]
 
 
 def _destroy_default() -> bool:

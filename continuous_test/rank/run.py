@@ -29,7 +29,7 @@ from continuous_test.rank import leaks, recorder
 from continuous_test.rank.result import RankResult, take_expect_values
 from continuous_test.wire.env import ENV_TEMPLATE_PID
 from continuous_test.wire.messages import RankSpec, RunTest
-from continuous_test.wire.outcome import RankOutcome
+from continuous_test.wire.outcome import EventKind, RankOutcome
 
 
 SEED = 1234
@@ -206,7 +206,8 @@ def run_real(case: unittest.TestCase, result: unittest.TestResult) -> None:
     if os.getpid() != pid:
         print(FORKED_CHILD_RETURNED.format(test=case.id()), file=sys.stderr)
         flush_output()
-        os._exit(0)
+        failed = any(event.kind in (EventKind.FAILURE, EventKind.ERROR) for event in getattr(result, "events", ()))
+        os._exit(1 if failed else 0)
 
 
 def _group_names() -> set:

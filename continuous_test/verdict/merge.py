@@ -185,9 +185,9 @@ def merge(
     verdict.subtests = subtests
     verdict.expected_failure = not faults and len(outcomes) == world_size and all(
         _failed_as_expected(o) for o in outcomes.values())
-    # After a failure the next test starts in a new world; not after a failure its test
-    # declared (every rank reported, as it does after a pass), which would change nothing.
-    verdict.restart_world = bool(faults) or (verdict.failed and not verdict.expected_failure)
+    # After a failure the next test starts in a new world, a declared one included: a
+    # collective one rank made before it failed may be unmatched on another.
+    verdict.restart_world = bool(faults) or verdict.failed
     leak_reports = {r: o.leaks for r, o in outcomes.items() if o.leaks is not None}
     if leak_reports:
         _judge_leaks(test, verdict, leak_reports, restartable)

@@ -4,7 +4,7 @@ Run with ``leaklib`` on ``PYTHONPATH``.  ``ImportTimeTest``: ``test_a`` imports
 ``fakelib`` for the first time, which adds its ``_vendor`` directory to sys.path
 and a warnings filter for itself; ``test_b`` needs both.  ``test_c`` sets a
 variable torch's compile stack sets for itself (kept); ``test_d`` sets one of its
-own (a leak).  ``MissedTest``: ``test_a`` leaves the umask, the recursion limit,
+own (a leak).  ``MissedTest``: ``test_a`` leaves the umask, a lowered recursion limit,
 a trace and a profile function and a pending timer changed; ``test_b`` needs them
 as they were.  ``ThreadTest``: a thread that ended is followed by a new one that
 may reuse its ident (the first one is a daemon, which the check leaves alone), and
@@ -59,7 +59,7 @@ def _trace(frame, event, arg):
 class MissedTest(Gloo):
     def test_a_changes_process_state(self):
         os.umask(0o077)
-        sys.setrecursionlimit(sys.getrecursionlimit() + 100)
+        sys.setrecursionlimit(sys.getrecursionlimit() - 100)
         sys.settrace(_trace)
         sys.setprofile(_trace)
         signal.setitimer(signal.ITIMER_REAL, 100.0)

@@ -1,8 +1,7 @@
 """Reruns that could not change anything are not made.
 
 ``ExpectedFailuresTest``: three ``@unittest.expectedFailure`` tests fail on every rank,
-as they declare; the world is not restarted after them and they are not rerun (its
-class prints ``WORLD_STARTS <n>``).  ``LongFailureTest``: a test that fails after
+as they declare; they are not rerun (its class prints ``WORLD_STARTS <n>``).  ``LongFailureTest``: a test that fails after
 ``SLOW_SECONDS`` is rerun only while the rerun budget (``CONTINUOUS_TEST_BISECT``)
 has that long left.
 """
