@@ -259,3 +259,21 @@ def test_the_next_test_is_read_from_the_suite_only_where_the_suite_runs_its_list
     seen.clear()
     tests[0].run(unittest.TestResult())  # not run by a suite
     assert seen == [None]
+
+
+def test_the_next_test_of_another_class_is_never_sent_ahead(monkeypatch):
+    # A suite's next entry that is a test of another class runs in another world.
+    monkeypatch.setattr(ahead, "_pytest_next", None)
+    seen: list = []
+    first, second = _probe_class(seen), _probe_class(seen)
+    nexts: list = []
+
+    class Asking(first):
+        send_ahead = True
+
+        def run(self, result=None):
+            nexts.append(ahead.next_test(self))
+            return unittest.TestCase.run(self, result)
+
+    unittest.TestSuite([Asking("test_a"), Asking("test_b"), second("test_a")]).run(unittest.TestResult())
+    assert nexts == ["test_b", None]

@@ -102,5 +102,56 @@ def test_a_failure_is_not_rerun_when_the_rerun_would_outlast_the_budget():
     assert bisect.FAILS_ALONE.format(test="test_slow_failure") in proc.stderr, describe(proc)
 
 
+class _FakeReplayer:
+    """Stands for bisect's replayer: a sequence fails when it holds every culprit before the failed test."""
+
+    def __init__(self, culprits):
+        self.culprits, self.runs, self.found = set(culprits), [], ""
+
+    def fails(self, sequence):
+        self.runs.append([ran.method for ran in sequence])
+        return self.culprits <= {ran.method for ran in sequence[:-1]} or not self.culprits
+
+
+def _plans(names):
+    return [TestPlan(name, f"T.{name}", 1.0, "restore") for name in names]
+
+
+@pytest.mark.parametrize("position", range(7))
+def test_bisect_finds_one_culprit_wherever_it_stands(position):
+    # The scenario files put their culprit first; a halving that drops or shifts an
+    # entry of either half shows only when it stands elsewhere.
+    history = _plans([f"test_{i}" for i in range(7)])
+    culprit = history[position].method
+    found = bisect._bisect(_FakeReplayer([culprit]), list(history), _plans(["test_victim"])[0])
+    assert [ran.method for ran in found] == [culprit]
+
+
+def test_each_replay_runs_in_a_world_of_its_own(monkeypatch):
+    started = []
+
+    class FakeWorld:
+        def __init__(self, cls, settings):
+            started.append(self)
+
+        def start(self):
+            pass
+
+        def run_test(self, plan):
+            from continuous_test.verdict.merge import Status, Verdict
+
+            return Verdict(Status.FAIL if plan.method == "test_victim" else Status.PASS)
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(bisect, "World", FakeWorld)
+    bisect.reset_budget()
+    replay = bisect._Replayer(object, None, budget=60.0)
+    victim = _plans(["test_victim"])[0]
+    assert replay.fails([victim]) and replay.fails(_plans(["test_a"]) + [victim])
+    assert len(started) == 2 and started[0] is not started[1] and replay.worlds == 2
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
