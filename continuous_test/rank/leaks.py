@@ -52,7 +52,8 @@ __all__ = [
 
 POLICIES = LEAK_POLICIES  # restore, fail, off (continuous_test.config)
 WATCHED = (
-    "current directory", "umask", "recursion limit", "trace and profile functions", "a pending alarm or interval timer",
+    "current directory", "umask", "a lowered recursion limit", "trace and profile functions",
+    "an alarm or interval timer the test left pending",
     "environment variables", "sys.path", "sys.modules (replaced or removed modules, added non-modules)",
     "sys.stdout and sys.stderr", "warnings filters", "torch default dtype", "torch default device",
     "grad mode", "torch intra-op threads", "torch inter-op threads", "deterministic algorithms",
