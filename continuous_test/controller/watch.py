@@ -22,7 +22,7 @@ from continuous_test.errors import ProtocolError
 from continuous_test.template import server as template
 from continuous_test.wire import messages
 from continuous_test.wire.messages import DumpStacks, InitFailed, Stacks, TestDone
-from continuous_test.wire.outcome import EventKind, FaultKind, RankFault
+from continuous_test.wire.outcome import FaultKind, RankFault
 
 
 STACKS_TIMEOUT = 2.0
@@ -172,7 +172,7 @@ class Watch:
                 state.exits[handle.rank] = declared
                 state.pending.discard(handle.rank)
                 self.declared.add(handle.rank)
-            if _is_failure(message) or (_skipped(message) and state.pending and not goal.until_exit):
+            if _is_failure(message) or (_is_skip(message) and state.pending and not goal.until_exit):
                 # A rank that skipped while others run on: a peer may be waiting for it
                 # in a collective, so they get the grace period too, as after a failure.
                 self._failed(state, goal)
@@ -306,18 +306,12 @@ def _name(message: Any) -> str:
     return type(message).__name__ + (f" #{seq}" if seq is not None else "")
 
 
-def _skipped(message: Any) -> bool:
-    """True for a TestDone that reports the whole test skipped on its rank."""
-    outcome = getattr(message, "outcome", None) if isinstance(message, TestDone) else None
-    return outcome is not None and any(e.kind is EventKind.SKIP and e.subtest is None for e in outcome.events)
-
-
 def _is_failure(message: Any) -> bool:
-    if isinstance(message, InitFailed):
-        return True
-    if isinstance(message, TestDone):
-        return message.outcome is not None and message.outcome.has_failure()
-    return False
+    return isinstance(message, InitFailed) or (isinstance(message, TestDone) and message.failed())
+
+
+def _is_skip(message: Any) -> bool:
+    return isinstance(message, TestDone) and message.skipped()
 
 
 def _faulthandler_stacks(handle: RankProcess) -> str:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Sequence
 from typing import Any, Dict, List, Optional
 
 from continuous_test.errors import LeakError, LeakWarning
@@ -65,8 +64,3 @@ def warn(verdict: Any, test_function: Any) -> None:
     warnings.warn_explicit(LeakWarning(text), LeakWarning, filename, lineno, module=module,
                            registry=sys.modules[module].__dict__.setdefault("__warningregistry__", {})
                            if module in sys.modules else None)
-
-
-def changed_items(reports: Sequence[LeakReport]) -> List[str]:
-    """Labels of every changed item, for tests and summaries."""
-    return sorted({leak.item for report in reports for leak in report.leaks})

@@ -161,6 +161,11 @@ class TestDone:
         """True when the rank reported a failure or error (an expected one included)."""
         return self.outcome is not None and self.outcome.has_failure()
 
+    def skipped(self) -> bool:
+        """True when the rank reported the whole test skipped (not one of its subtests)."""
+        return self.outcome is not None and any(
+            e.kind is EventKind.SKIP and e.subtest is None for e in self.outcome.events)
+
     def full_outcome(self) -> RankOutcome:
         """The rank's outcome, expanded from the compact form."""
         return self.outcome if self.outcome is not None else RankOutcome(self.rank, [Event(EventKind.SUCCESS)])
