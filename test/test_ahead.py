@@ -109,7 +109,8 @@ def test_a_test_sent_ahead_that_the_runner_does_not_run_is_stopped(mode, tmp_pat
     assert proc.returncode == 0, describe(proc)
     assert elapsed < 30, f"{elapsed:.1f} s\n{describe(proc)}"
     assert sent_ahead(proc, "LongNextTest") == "1", describe(proc)
-    pids = {p.name: int(p.read_text()) for p in tmp_path.iterdir() if p.name.startswith("pid")}
+    # A rank stopped while it wrote its pid leaves the file empty: nothing to check there.
+    pids = {p.name: int(p.read_text()) for p in tmp_path.iterdir() if p.name.startswith("pid") and p.read_text()}
     if mode == "mispredict":
         assert "Ran 2 tests" in proc.stderr, describe(proc)
         # test_c ran in a fresh world: test_b's ranks were stopped with theirs.
