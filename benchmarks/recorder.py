@@ -9,12 +9,13 @@ alternating blocks (on, off, on, off, ...) of N calls each, in microseconds per
 call, of CPU time (``time.process_time``: what the calls cost this process, which
 other work on a shared machine does not inflate) and of wall time:
 
-* ``all_reduce``: ``dist.all_reduce(torch.ones(8))`` through the recording wrapper,
-  and through torch's function directly; the difference is the recorder's cost
-  on a real (if cheap) collective;
-* ``wrapper only``: the same wrapper around a function that does nothing, beside
-  that function called directly: the recorder's cost without gloo's noise;
-* ``test off``: the wrapper in a test where recording is turned off;
+* ``all_reduce``: ``dist.all_reduce(torch.ones(8))`` recording, and torch's
+  original function under torch's own decorator; the difference is the
+  recorder's cost on a real (if cheap) collective;
+* ``wrapper only``: a function that does nothing, instrumented as the recorder
+  instruments torch's (:func:`continuous_test.rank.recorder.instrument`), beside
+  the original: the recorder's cost without gloo's noise;
+* ``test off``: the instrumented function in a test where recording is turned off;
 * ``begin_test``: what marking a test's start costs (once per test);
 * ``open ring``: creating, sizing and mapping a rank's records file (once per rank
   start, in blocks of N/100).
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from torch.distributed.c10d_logger import _exception_logger  # noqa: E402 - torch's decorator, as on all_reduce
 
 from continuous_test.rank import recorder
 
@@ -95,12 +97,14 @@ def main(argv=None) -> int:
 def measure(calls: int, repeat: int) -> Dict[str, List[float]]:
     """Every block timing, by variant name."""
     t = torch.ones(8)
-    wrapped, original = dist.all_reduce, recorder._originals["all_reduce"]
+    wrapped, original = dist.all_reduce, _exception_logger(recorder._originals["all_reduce"])
 
-    def noop(tensor, op=None, group=None, async_op=False):
+    def wrapped_noop(tensor, op=None, group=None, async_op=False):
         return None
 
-    wrapped_noop = recorder._wrap(noop, recorder._op_for(noop, 1, 0, "tensor", None, None))
+    # the original, after wrapped_noop is instrumented in place
+    noop = recorder.instrument(wrapped_noop, lambda fn: recorder._op_for(fn, 1, 0, "tensor", None, None))
+    assert noop is not None
     recorder.begin_test(_Case())
     on = alternate({"all_reduce, recorder on": lambda: wrapped(t), "all_reduce, recorder off": lambda: original(t),
                     "wrapper only, recorder on": lambda: wrapped_noop(t), "no-op function": lambda: noop(t)},

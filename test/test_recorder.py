@@ -81,22 +81,43 @@ def test_only_the_current_test_and_the_last_calls_are_kept(ring):
     assert records.parse(recorder.snapshot()).calls == calls.calls  # what torchrun ranks send
 
 
-def test_wrappers_keep_the_original_signature():
+def test_functions_stay_torchs_objects_with_torchs_signature_source_and_pickle(ring):
     import inspect
+    import pickle
 
-    recorder.patch()
-    try:
-        assert inspect.signature(dist.all_reduce) == inspect.signature(recorder._originals["all_reduce"])
-        assert dist.all_reduce.__wrapped__ is recorder._originals["all_reduce"]
-    finally:
-        recorder._restore()
+    from torch.distributed import distributed_c10d as c10d
+
+    assert dist.isend is c10d.isend and "isend" in recorder._originals
+    assert dist.P2POp(dist.isend, torch.ones(1), 0).op is c10d.isend  # torch checks the op by identity
+    for name in ("all_reduce", "isend", "batch_isend_irecv", "monitored_barrier"):
+        original = recorder._originals[name]  # a copy of torch's function, its code untouched
+        assert inspect.signature(getattr(dist, name)) == inspect.signature(original)
+        assert inspect.getsource(getattr(dist, name)) == inspect.getsource(original)
+    assert pickle.loads(pickle.dumps(dist.all_reduce)) is dist.all_reduce
+    assert recorder.HOOK in dist.isend.__code__.co_names
+    recorder._restore()
+    assert recorder.HOOK not in vars(c10d) and recorder.HOOK not in dist.isend.__code__.co_names
 
 
 def test_environment_turns_patching_off(monkeypatch):
     monkeypatch.setenv(recorder.ENV_RECORD, "0")
-    original = dist.all_reduce
+    code = dist.all_reduce.__wrapped__.__code__
     recorder.patch()
-    assert dist.all_reduce is original and not recorder._originals
+    assert dist.all_reduce.__wrapped__.__code__ is code and not recorder._originals
+
+
+def test_names_bound_before_patching_record_too(ring):
+    from helpers import SCENARIOS
+
+    sys.path.insert(0, str(SCENARIOS))
+    try:
+        import recorder_helper  # binds all_reduce by name, as library code does
+    finally:
+        sys.path.remove(str(SCENARIOS))
+    recorder.begin_test(Case())
+    recorder_helper.reduce_in_helper(torch.ones(2))
+    (call,) = records.read_file(ring).calls
+    assert call.describe() == "all_reduce #1 [float32(2)] at recorder_helper.py:6 (returned)"
 
 
 def test_marker_and_class_attribute_turn_a_test_off():
@@ -129,6 +150,25 @@ def test_a_call_that_returns_a_work_handle_is_marked_as_under_way(ring):
     started, done = records.read_file(ring).calls
     assert started.status == records.STATUS_ASYNC and done.status == records.STATUS_RETURNED
     assert started.describe().endswith("(returned a work handle; its wait is not recorded)")
+
+
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+def test_code_that_inspects_torch_distributed_does_not_see_the_recorder(runner):
+    import re
+
+    import helpers
+
+    if runner == "python":
+        result = helpers.python("test_recorder_invisible.py", "-v")
+        passed = re.findall(r"^(test_\w+) .* \.\.\. ok$", result.stderr, re.M)
+    else:
+        result = helpers.pytest("test_recorder_invisible.py", "-rA")
+        passed = re.findall(r"^PASSED \S+::(test_\w+)$", result.stdout, re.M)
+    output = result.stdout + result.stderr
+    assert sorted(passed) == ["test_batched_point_to_point", "test_compiled_collective",
+                              "test_identity_and_equality", "test_pickle_and_signature"], helpers.describe(result)
+    # the call made through a helper module's name is in the timeline of the test that hangs
+    assert re.search(r"rank 0: all_reduce #1 \[float32\(3\)\] at recorder_helper.py:6 \(waiting\)", output), output
 
 
 if __name__ == "__main__":

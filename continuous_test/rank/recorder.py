@@ -2,21 +2,23 @@
 
 How data flows::
 
-    test code ── dist.all_reduce(t) ──► recorded wrapper ──► torch's all_reduce
-                                           │ record (waiting) before, status (returned / raised) after
+    test code ── dist.all_reduce(t) ──► torch's all_reduce, its body replaced ──► _call ──► copy of torch's body
+                                                                                  │ record (waiting) before,
+                                                                                  │ status (returned / raised) after
                                            ▼
                        mmap'd ring of fixed-size records (wire.records HEADER / RECORD)
                        ├─ a controller's ranks: <world dir>/rankN.records, read by the controller
                        │  directly, so a rank stuck holding the GIL still gets its timeline
                        └─ launched ranks (torchrun, srun): in memory; snapshot() travels with the outcome
 
-:func:`patch` replaces the public ``torch.distributed`` collectives and
-point-to-point functions by wrappers that record, call the original and return
-its result (or let its exception through) untouched.  It runs in ranks only:
-in the template process ranks are forked from (so that names a test file
-imported from ``torch.distributed`` are the wrappers too), in a rank at start,
-and in a launched rank at its first test.  Until :func:`open_ring` runs, and
-in a test where recording is off, a wrapper only calls the original.
+:func:`patch` makes the public ``torch.distributed`` collectives and
+point-to-point functions record, call the original and return its result (or
+let its exception through) untouched.  The functions stay the same objects
+(only their code is swapped), so identity checks, ``pickle``, signatures and
+dynamo see torch's functions.  It runs in ranks only: in the template process
+ranks are forked from, in a rank at start, and in a launched rank at its first
+test.  Until :func:`open_ring` runs, and in a test where recording is off, a
+call only goes on to the original.
 
 Recording is off with ``CONTINUOUS_TEST_RECORD=0``, for a class whose
 ``record_collectives`` attribute is False, and for a test, class or module marked
@@ -32,9 +34,11 @@ import mmap
 import os
 import struct
 import sys
+import threading
+import types
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import continuous_test
 from continuous_test.errors import ConfigError
@@ -47,9 +51,10 @@ __all__ = [
     "MARKER",
     "DEFAULT_CAPACITY",
     "enabled_by_env",
+    "HOOK",
     "patch",
+    "instrument",
     "open_ring",
-    "rebind",
     "begin_test",
     "snapshot",
     "current_calls",
@@ -113,8 +118,15 @@ _DEFAULT = object()  # key of the default group's counters
 _active: Optional["_Ring"] = None
 # The open ring of this process (kept while a test has recording off).
 _ring: Optional["_Ring"] = None
-# Original function of every name patch() replaced, by name.
+# The global name, in torch's module, through which instrumented bodies reach _call.
+HOOK = "__continuous_test_record__"
+# A copy of the original function of every name patch() instrumented, by name.
 _originals: Dict[str, Callable] = {}
+# Instrumented function -> its original code (to put back); hook index -> (copy of the original, how to read it).
+_by_function: Dict[Callable, types.CodeType] = {}
+_hooks: List[Tuple[Callable, "_Op"]] = []
+# torch.compiler.is_compiling, once torch is loaded.
+_compiling: Callable[[], bool] = bool
 # Per (class, method name): whether recording is on for that test.
 _enabled_cache: Dict[Tuple[type, str], bool] = {}
 
@@ -133,7 +145,20 @@ def enabled_by_env(env: Any = os.environ) -> bool:
 
 
 def patch() -> None:
-    """Replace the public torch.distributed functions by recording wrappers, once (ranks and the template only)."""
+    """Make the public torch.distributed functions record, once (ranks and the template only).
+
+    Each function keeps its identity: the code of torch's own function object
+    (the innermost one, under torch's logging decorator) is replaced by a
+    one-line body of the same signature that calls :func:`_call`, which records
+    and calls a copy of the original.  So ``dist.isend is distributed_c10d.isend``,
+    ``P2POp(dist.isend, ...)``, ``op in (dist.isend, dist.irecv)``, ``partial``,
+    ``pickle``, ``inspect.signature`` and ``inspect.getsource`` and dynamo's
+    rewrite of collectives see torch's function, and a name any module imported
+    from ``torch.distributed``, before or after, records too.  A function this
+    cannot be done for (a closure, an unusual signature) is left alone: it is not
+    recorded.  The one name added, :data:`HOOK`, is a global of torch's
+    ``distributed_c10d`` module.
+    """
     if _originals or not enabled_by_env():
         return
     import torch.distributed as dist
@@ -141,40 +166,89 @@ def patch() -> None:
     if not dist.is_available():
         return
     for name, (flags, tensor, peer, objects) in _TABLE.items():
-        fn = getattr(dist, name, None)
-        if fn is None or not callable(fn):
+        target = _innermost(getattr(dist, name, None))
+        if target is None:
             continue
-        op = _op_for(fn, tl.OPS.index(name), flags, tensor, peer, objects)
-        _originals[name] = fn
-        setattr(dist, name, _wrap(fn, op))
+        copy = instrument(target, functools.partial(_op_for, code=tl.OPS.index(name), flags=flags, tensor=tensor,
+                                                    peer=peer, objects=objects))
+        if copy is not None:
+            _originals[name] = copy
 
 
-def rebind(module: Any) -> None:
-    """Point names that ``module`` imported from torch.distributed before :func:`patch` at the wrappers.
+def instrument(target: Callable, make_op: Callable[[Callable], "_Op"]) -> Optional[Callable]:
+    """Make the plain function ``target`` record each call, in place; a copy of the original, or None if it cannot be."""
+    if not isinstance(target, types.FunctionType) or target.__closure__ or target in _by_function:
+        return None
+    copy = types.FunctionType(target.__code__, target.__globals__, target.__name__, target.__defaults__)
+    copy.__kwdefaults__ = target.__kwdefaults__
+    for attribute in ("__qualname__", "__module__", "__doc__", "__annotations__"):
+        setattr(copy, attribute, getattr(target, attribute))
+    copy.__dict__.update(target.__dict__)
+    try:
+        code = _calling_code(target.__code__, len(_hooks))
+    except (SyntaxError, ValueError):
+        return None
+    global _compiling
+    _compiling = _compiling_check()
+    _hooks.append((copy, make_op(copy)))
+    target.__globals__[HOOK] = _call
+    _by_function[target] = target.__code__
+    target.__code__ = code
+    return copy
 
-    A rank forked from a template that is a fork of the controller inherits the
-    test module as the controller imported it, before anything was wrapped:
-    ``from torch.distributed import barrier`` there is the original.  Needed once
-    per test module, after it is imported; nothing to do before :func:`patch`.
+
+def _innermost(fn: Any) -> Any:
+    """The function under torch's decorators (``functools.wraps`` chains): the one whose code is torch's body."""
+    seen = 0
+    while isinstance(getattr(fn, "__wrapped__", None), types.FunctionType) and seen < 8:
+        fn, seen = fn.__wrapped__, seen + 1
+    return fn
+
+
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+
+
+def _calling_code(code: types.CodeType, index: int) -> types.CodeType:
+    """A one-line body with ``code``'s parameters that passes them all to :func:`_call` (hook ``index``).
+
+    Defaults and annotations stay on the function object, so its signature is
+    unchanged; the file, first line and names are torch's, so tracebacks,
+    ``inspect.getsource`` and dynamo's rules by file see torch's function.
     """
-    if not _originals or module is None:
-        return
-    import torch.distributed as dist
-
-    wrapped = {id(fn): getattr(dist, name) for name, fn in _originals.items()}
-    for name, value in list(vars(module).items()):
-        wrapper = wrapped.get(id(value))
-        if wrapper is not None:
-            setattr(module, name, wrapper)
+    names = code.co_varnames
+    positional = list(names[:code.co_argcount])
+    at = code.co_argcount + code.co_kwonlyargcount
+    keyword = list(names[code.co_argcount:at])
+    params, call = list(positional), list(positional)
+    if code.co_posonlyargcount:
+        params.insert(code.co_posonlyargcount, "/")
+    if code.co_flags & _CO_VARARGS:
+        params.append("*" + names[at])
+        call.append("*" + names[at])
+        at += 1
+    elif keyword:
+        params.append("*")
+    params += keyword
+    call += [f"{k}={k}" for k in keyword]
+    if code.co_flags & _CO_VARKEYWORDS:
+        params.append("**" + names[at])
+        call.append("**" + names[at])
+    source = f"def {code.co_name}({', '.join(params)}): return {HOOK}({index}, {', '.join(call)})"
+    namespace: Dict[str, Any] = {}
+    exec(compile(source, code.co_filename, "exec"), namespace)
+    body = namespace[code.co_name].__code__
+    extra = {"co_qualname": getattr(code, "co_qualname")} if sys.version_info >= (3, 11) else {}
+    return body.replace(co_firstlineno=code.co_firstlineno, co_name=code.co_name, **extra)
 
 
 def _restore() -> None:
     """Undo :func:`patch` and forget the ring, leaving this process as it was before."""
     global _ring, _active
-    import torch.distributed as dist
-
-    for name, fn in _originals.items():
-        setattr(dist, name, fn)
+    for fn, code in _by_function.items():
+        fn.__code__ = code
+        fn.__globals__.pop(HOOK, None)
+    _by_function.clear()
+    _hooks.clear()
     _originals.clear()
     _enabled_cache.clear()
     _ring = _active = None
@@ -195,28 +269,39 @@ def _op_for(fn: Callable, code: int, flags: int, tensor: Optional[str], peer: Op
     return _Op(code, flags, found, where("group"), where(peer), where(objects), simple)
 
 
-def _wrap(fn: Callable, op: _Op) -> Callable:
-    compiling = _compiling_check()
+def _call(index: int, *args: Any, **kwargs: Any) -> Any:
+    """What an instrumented function's body calls: record, call the original, mark how it ended.
 
-    @functools.wraps(fn)
-    def recorded(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # noqa: F841 - reports start at torch's own frame
-        ring = _active
-        if ring is None or compiling():
-            return fn(*args, **kwargs)
-        try:
-            status = ring.record(op, args, kwargs)
-        except Exception:  # a record is never worth failing the user's call for
-            return fn(*args, **kwargs)
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException:
-            ring.mm[status] = tl.STATUS_RAISED
-            raise
-        ring.mm[status] = tl.STATUS_RETURNED if result is None or not _is_work(result) else tl.STATUS_ASYNC
-        return result
+    A call made while another recorded call of this thread is under way
+    (``all_gather_object`` gathering, ``batch_isend_irecv`` sending) is torch's
+    own work, not the test's: it is not recorded again.
+    """
+    __tracebackhide__ = True  # noqa: F841 - reports start at torch's own frame
+    original, op = _hooks[index]
+    ring = _active
+    if ring is None or _inside.depth or _compiling():
+        return original(*args, **kwargs)
+    try:
+        status = ring.record(op, args, kwargs)
+    except Exception:  # a record is never worth failing the user's call for
+        return original(*args, **kwargs)
+    _inside.depth = 1
+    try:
+        result = original(*args, **kwargs)
+    except BaseException:
+        ring.mm[status] = tl.STATUS_RAISED
+        raise
+    finally:
+        _inside.depth = 0
+    ring.mm[status] = tl.STATUS_RETURNED if result is None or not _is_work(result) else tl.STATUS_ASYNC
+    return result
 
-    return recorded
+
+class _Inside(threading.local):
+    depth = 0
+
+
+_inside = _Inside()
 
 
 def _is_work(result: Any) -> bool:
@@ -227,8 +312,7 @@ def _is_work(result: Any) -> bool:
 
 
 def _compiling_check() -> Callable[[], bool]:
-    # Under torch.compile the wrapper is traced: it must then only call the
-    # original, which dynamo rewrites into its traceable form.
+    """Whether dynamo is tracing a call: then only the original is called, which dynamo rewrites."""
     import torch
 
     check = getattr(getattr(torch, "compiler", None), "is_compiling", None)

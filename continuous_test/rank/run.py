@@ -99,7 +99,7 @@ def run_cleanup() -> None:
 
 
 def import_test_class(module: str, qualname: str, module_file: Optional[str]) -> type:
-    """The class ``qualname`` of ``module``, imported (or loaded from ``module_file``) and rebound to the recorder."""
+    """The class ``qualname`` of ``module``, imported (or loaded from ``module_file``)."""
     mod = sys.modules.get(module)
     if mod is None:
         try:
@@ -108,7 +108,6 @@ def import_test_class(module: str, qualname: str, module_file: Optional[str]) ->
             if not module_file:
                 raise
             mod = _load_from_file(module, module_file)
-    recorder.rebind(mod)  # names it imported from torch.distributed record too
     obj: Any = mod
     for part in qualname.split("."):
         obj = getattr(obj, part)

@@ -1,9 +1,7 @@
-"""Imported only by the forkserver template: wrap the torch.distributed functions once.
+"""Imported only by the forkserver template: make the torch.distributed functions record, once.
 
-Every rank forked from the template then starts with the recording wrappers in
-place (about a millisecond saved per rank start), and a test file the template
-imports (:mod:`continuous_test.template.preload_main`) binds names it imports from
-``torch.distributed`` to the wrappers.  They only call the originals until a rank
+Every rank forked from the template then starts with them instrumented (about
+a millisecond saved per rank start).  They only call the originals until a rank
 opens its records file (:func:`continuous_test.rank.recorder.open_ring`).
 """
 from __future__ import annotations
