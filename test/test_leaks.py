@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -189,7 +190,9 @@ def test_a_live_thread_cannot_be_put_back():
     thread = threading.Thread(target=stop.wait, name="ct-unit-leak")
     try:
         report = _check(thread.start)
-        assert report.leaks == (outcome.Leak("live non-daemon threads", "none started", "'ct-unit-leak' still running", False),)
+        (leak,) = report.leaks
+        assert (leak.item, leak.before, leak.restored) == ("threads the test started", "none running", False)
+        assert leak.after.startswith("'ct-unit-leak' (non-daemon, started at test_leaks.py:"), leak
     finally:
         stop.set()
         thread.join()
@@ -205,7 +208,7 @@ def test_ranks_with_the_same_change_share_a_line():
 
 
 def test_fail_policy_fails_and_an_unrestorable_leak_restarts_the_world():
-    leak = outcome.Leak("live non-daemon threads", "none started", "'t' still running", False)
+    leak = outcome.Leak("threads the test started", "none running", "'t' still running", False)
     outcomes = {0: RankOutcome(0, [], leaks=outcome.LeakReport("fail", (leak,))), 1: RankOutcome(1, [])}
     verdict = merge("T.test_x", 2, outcomes)
     assert verdict.status is Status.FAIL and isinstance(verdict.error, errors.LeakError)
@@ -278,8 +281,9 @@ def test_fail_policy_fails_the_leaking_test_only():
 def test_a_leaked_thread_restarts_the_world():
     proc = helpers.python("test_leaks.py", env={**NO_BISECT, "LEAK_THREAD": "1"})
     assert proc.returncode == 0, describe(proc)
-    assert "left live non-daemon threads changed: none started \u2192 'leaked-spinner' still running (ranks 0, 1)" in proc.stderr
-    assert verdict_leaks.NOT_RESTORED.format(items="live non-daemon threads") in proc.stderr
+    assert re.search(r"left threads the test started changed: none running \u2192 'leaked-spinner' \(non-daemon, "
+                     r"started at test_leaks.py:\d+\) still running \(ranks 0, 1\)", proc.stderr), describe(proc)
+    assert verdict_leaks.NOT_RESTORED.format(items="threads the test started") in proc.stderr
 
 
 def test_pytest_option_and_warning_summary():
@@ -351,8 +355,20 @@ def test_umask_recursion_limit_tracing_and_timers_are_watched_and_put_back():
 def test_a_thread_that_reuses_an_ended_threads_ident_is_still_a_leak():
     proc = helpers.python("test_leak_rules.py", "ThreadTest", env=LEAK_RULES)
     assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
-    assert "left live non-daemon threads changed: none started \u2192 'still-running' still running" in proc.stderr, \
+    assert re.search(r"left threads the test started changed: none running \u2192 'still-running' \(non-daemon, "
+                     r"started at test_leak_rules.py:\d+\) still running", proc.stderr), describe(proc)
+    assert "fakelib-watcher" not in proc.stderr, describe(proc)  # a library's, ended in the next test
+
+
+def test_a_daemon_thread_the_test_left_is_a_leak_and_a_librarys_pool_is_kept():
+    proc = helpers.python("test_leak_rules.py", "-v", "DaemonTest", env=LEAK_RULES)
+    assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
+    assert re.search(r"test_a_leaves_a_daemon_thread .*\n.*left threads the test started changed: none running "
+                     r"\u2192 'ends-the-rank' \(daemon, started at test_leak_rules.py:\d+\) still running", proc.stderr), \
         describe(proc)
+    assert "exit code 7" not in proc.stderr, describe(proc)  # the world was restarted before test_b
+    assert proc.stderr.count("POOL_KEPT True") == 2, describe(proc)  # both ranks: no restart after test_c
+    assert "fakelib-pool" not in proc.stderr, describe(proc)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import sysconfig
 import threading
 import warnings
+import weakref
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -58,7 +60,7 @@ WATCHED = (
     "sys.stdout and sys.stderr", "warnings filters", "torch default dtype", "torch default device",
     "grad mode", "torch intra-op threads", "torch inter-op threads", "deterministic algorithms",
     "float32 matmul precision (TF32)", "cudnn flags", "default process group (object, rank, size)",
-    "non-daemon threads the test started",
+    "threads the test's own code started (daemon or not), not a library's",
     "global module and optimizer hooks",
 )
 
@@ -256,6 +258,8 @@ def _modules_unchanged(before: Snapshot) -> bool:
 
 def take() -> Snapshot:
     """Snapshot the process-global state (:data:`WATCHED`) as it is now, for :func:`check` after a test."""
+    if not _watching_starts:
+        _watch_thread_starts()
     return Snapshot()
 
 
@@ -285,8 +289,13 @@ def _groups() -> Tuple[Optional[Tuple[Any, int, int]], frozenset]:
     return default, frozenset(world.pg_names)
 
 
-def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
-    """Compare with ``before``, put back what can be, and report (None: no change); due after tearDown and cleanups."""
+def check(before: Snapshot, policy: str, own_files: Optional[AbstractSet[str]] = None) -> Optional[LeakReport]:
+    """Compare with ``before``, put back what can be, and report (None: no change); due after tearDown and cleanups.
+
+    ``own_files``: the test's own code files (absolute paths), which tell a
+    thread the test started from one a library started (:func:`_check_threads`);
+    None counts every new thread as the test's.
+    """
     found: List[Leak] = []
     _check_scalars(before, found)
     _check_recursion_limit(before.recursion, found)
@@ -304,7 +313,7 @@ def check(before: Snapshot, policy: str) -> Optional[LeakReport]:
         if leak is not None:
             found.append(leak)
     _check_hooks(before.hooks, found)
-    _check_threads(before.threads, found)
+    _check_threads(before.threads, found, own_files)
     _check_groups(before, found)
     return LeakReport(policy, tuple(found)) if found else None
 
@@ -459,13 +468,95 @@ def _check_hooks(old: Tuple[tuple, ...], found: List[Leak]) -> None:
         found.append(Leak(label, f"{len(items)} hook(s)", _cut(after), True))
 
 
-def _check_threads(old: set, found: List[Leak]) -> None:
+def _check_threads(old: set, found: List[Leak], own_files: Optional[AbstractSet[str]]) -> None:
+    """Threads started during the test and still running: the test's are a leak, a library's are kept.
+
+    Whose a thread is depends on the code that started it: the innermost frame
+    outside the standard library when ``Thread.start()`` ran (recorded by
+    :func:`_watch_thread_starts`), or else the code the thread runs.  In one of
+    the test's own files (the test method's, the test class's), the thread is the
+    test's, daemon or not: it would run on into later tests (a timer that kills
+    the rank, a loop that writes), so it is reported and the world is restarted.
+    Anywhere else (torch, an installed package, a helper module), it is a
+    library's: libraries start pool and monitor threads once per process and keep
+    them (torch.compile's thread pool), and restarting the world would not make
+    them go away for long; they are left alone.
+    """
     for thread in threading.enumerate():
-        if thread in old or thread.daemon:
+        if thread in old:
+            continue
+        site = _started_at.get(thread) or _code_site(thread)
+        if own_files is not None and (site is None or site[0] not in own_files):
             continue
         thread.join(THREAD_GRACE)
         if thread.is_alive():
-            found.append(Leak("live non-daemon threads", "none started", f"{thread.name!r} still running", False))
+            kind = "daemon" if thread.daemon else "non-daemon"
+            where = f", started at {os.path.basename(site[0])}:{site[1]}" if site is not None else ""
+            found.append(Leak("threads the test started", "none running",
+                              _cut(f"{thread.name!r} ({kind}{where}) still running"), False))
+
+
+# -- where threads were started --------------------------------------------------------
+
+# Thread -> (absolute file, line) of the code that started it, for threads started
+# since _watch_thread_starts ran.
+_started_at: "weakref.WeakKeyDictionary[threading.Thread, Tuple[str, int]]" = weakref.WeakKeyDictionary()
+_watching_starts = False
+_STDLIB = tuple({os.path.join(os.path.abspath(sysconfig.get_paths()[key]), "") for key in ("stdlib", "platstdlib")})
+_PACKAGES = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+
+
+def _watch_thread_starts() -> None:
+    """Note where each thread is started from now on, in this process (a rank, at its first snapshot).
+
+    The one thing this module wraps: ``threading``'s private function that
+    ``Thread.start()`` calls to start the OS thread (``_start_new_thread``, or
+    ``_start_joinable_thread`` from Python 3.13).  The wrapper notes the starting
+    frame and calls the original with the same arguments; nothing else about
+    threads changes.
+    """
+    global _watching_starts
+    _watching_starts = True
+    name = next((n for n in ("_start_joinable_thread", "_start_new_thread") if hasattr(threading, n)), None)
+    if name is None:
+        return
+    original = getattr(threading, name)
+
+    def start_thread(function: Any, *args: Any, **kwargs: Any) -> Any:
+        thread = getattr(function, "__self__", None)
+        if isinstance(thread, threading.Thread):
+            site = _start_site(sys._getframe(1))
+            if site is not None:
+                _started_at[thread] = site
+        return original(function, *args, **kwargs)
+
+    setattr(threading, name, start_thread)
+
+
+def _start_site(frame: Optional[Any]) -> Optional[Tuple[str, int]]:
+    """The innermost frame outside the standard library (threading, concurrent.futures, ...), as (file, line)."""
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not _in_stdlib(file):
+            return os.path.abspath(file), frame.f_lineno or 0
+        frame = frame.f_back
+    return None
+
+
+def _in_stdlib(file: str) -> bool:
+    if file.startswith("<"):  # <frozen ...>, <string>
+        return True
+    path = os.path.abspath(file)
+    return path.startswith(_STDLIB) and not any(part in path for part in _PACKAGES)
+
+
+def _code_site(thread: threading.Thread) -> Optional[Tuple[str, int]]:
+    """Where the code a thread runs is defined (its target, a Timer's function, or its run method)."""
+    for fn in (getattr(thread, "_target", None), getattr(thread, "function", None), type(thread).run):
+        code = getattr(fn, "__code__", None)
+        if code is not None and not _in_stdlib(code.co_filename):
+            return os.path.abspath(code.co_filename), code.co_firstlineno
+    return None
 
 
 def _check_groups(before: Snapshot, found: List[Leak]) -> None:

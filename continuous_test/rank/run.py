@@ -12,6 +12,7 @@ import atexit
 import ctypes
 import gc
 import importlib
+import inspect
 import os
 import random
 import socket
@@ -20,7 +21,7 @@ import threading
 import traceback
 import unittest
 import weakref
-from typing import AbstractSet, Any, Optional
+from typing import AbstractSet, Any, FrozenSet, Optional
 
 import torch
 
@@ -181,11 +182,24 @@ def run_case(case: unittest.TestCase, rank: int, policy: str) -> RankOutcome:
     seed_everything(SEED)
     result = RankResult()
     run_real(case, result)
-    report = leaks.check(before, policy) if before is not None else None
+    report = leaks.check(before, policy, own_files(case)) if before is not None else None
     _release_subgroups(groups)
     flush_output()
     return RankOutcome(rank, result.events, group_changed=default_group_changed(), leaks=report,
                        expect_values=take_expect_values())
+
+
+def own_files(case: unittest.TestCase) -> FrozenSet[str]:
+    """The test's own code files (absolute): the test method's and the test class's module's."""
+    files = set()
+    method = getattr(type(case), getattr(case, "_testMethodName", ""), None)
+    code = getattr(inspect.unwrap(method), "__code__", None) if callable(method) else None
+    if code is not None:
+        files.add(os.path.abspath(code.co_filename))
+    module_file = getattr(sys.modules.get(type(case).__module__), "__file__", None)
+    if module_file:
+        files.add(os.path.abspath(module_file))
+    return frozenset(files)
 
 
 FORKED_CHILD_RETURNED = (

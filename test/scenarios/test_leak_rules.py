@@ -7,14 +7,22 @@ variable torch's compile stack sets for itself (kept); ``test_d`` sets one of it
 own (a leak).  ``MissedTest``: ``test_a`` leaves the umask, a lowered recursion limit,
 a trace and a profile function and a pending timer changed; ``test_b`` needs them
 as they were.  ``ThreadTest``: a thread that ended is followed by a new one that
-may reuse its ident (the first one is a daemon, which the check leaves alone), and
-stays alive: a leak either way.
+may reuse its ident (the first one is a library's, which the check leaves alone),
+and stays alive: a leak either way.  ``DaemonTest``: ``test_a`` leaves a daemon
+thread that ends its rank 0.5 s later (a leak: the world is restarted, and
+``test_b`` passes); ``test_c`` uses a library's per-process thread pool, which
+``test_d`` finds still there (kept: no restart).
 """
 import os
 import signal
 import sys
 import threading
+import time
 import warnings
+
+import fakelib
+import torch
+import torch.distributed as dist
 
 from continuous_test import MultiProcContinuousTest, run_tests
 
@@ -78,10 +86,10 @@ _ENDING = threading.Event()
 
 class ThreadTest(Gloo):
     def test_a_starts_a_thread_that_ends_later(self):
-        threading.Thread(target=_ENDING.wait, name="ends-in-the-next-test", daemon=True).start()
+        fakelib.start_watcher(_ENDING)
 
     def test_b_reuses_its_ident(self):
-        ended = next(t for t in threading.enumerate() if t.name == "ends-in-the-next-test")
+        ended = next(t for t in threading.enumerate() if t.name == "fakelib-watcher")
         ident = ended.ident
         _ENDING.set()
         ended.join()
@@ -89,6 +97,26 @@ class ThreadTest(Gloo):
         late = threading.Thread(target=stop.wait, args=(30,), name="still-running", daemon=False)
         late.start()
         print(f"IDENT_REUSED {late.ident == ident}", flush=True)
+
+
+def _end_rank_later():
+    time.sleep(0.5)
+    os._exit(7)
+
+
+class DaemonTest(Gloo):
+    def test_a_leaves_a_daemon_thread(self):
+        threading.Thread(target=_end_rank_later, name="ends-the-rank", daemon=True).start()
+
+    def test_b_innocent(self):
+        time.sleep(1.0)
+        dist.all_reduce(torch.ones(2))
+
+    def test_c_uses_a_library_pool(self):
+        self.assertEqual(fakelib.run_in_pool(lambda: 3), 3)
+
+    def test_d_finds_the_pool_kept(self):
+        print(f"POOL_KEPT {fakelib.pool_kept()}", flush=True)
 
 
 if __name__ == "__main__":

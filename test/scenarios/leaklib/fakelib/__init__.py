@@ -7,3 +7,26 @@ VENDOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vendor")
 if VENDOR not in sys.path:
     sys.path.append(VENDOR)
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="fakelib")
+
+_POOL = []
+
+
+def run_in_pool(fn):
+    """Run ``fn`` on the library's thread pool, made at the first call and kept for the process (as torch.compile's)."""
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="fakelib-pool"))
+    return _POOL[0].submit(fn).result()
+
+
+def pool_kept():
+    """Whether this process already has the pool (made by an earlier test of this world)."""
+    return bool(_POOL)
+
+
+def start_watcher(stop):
+    """Start a daemon thread of the library's that runs until ``stop`` is set."""
+    import threading
+
+    threading.Thread(target=stop.wait, name="fakelib-watcher", daemon=True).start()
