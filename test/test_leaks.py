@@ -348,8 +348,23 @@ def test_umask_recursion_limit_tracing_and_timers_are_watched_and_put_back():
     proc = helpers.python("test_leak_rules.py", "MissedTest", env=LEAK_RULES)
     assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
     for item in ("umask", "recursion limit", "trace function (sys.settrace)", "profile function (sys.setprofile)",
-                 "pending alarm or interval timer"):
+                 "pending alarm or interval timer", "torch function modes (torch.device(...) contexts, TorchFunctionMode)"
+                 " changed: none entered \u2192 DeviceContext(meta) entered",
+                 "child processes in a session of their own changed: none running \u2192 '"):
         assert f"left {item}" in proc.stderr, describe(proc)
+
+
+def test_a_child_in_a_session_of_its_own_does_not_outlive_the_run():
+    from continuous_test._procfs import running
+
+    proc = helpers.python("test_leak_rules.py", "SessionChildTest", env=LEAK_RULES)
+    assert unittest_counts(proc.stderr) == {"ran": 1}, describe(proc)
+    pids = [int(pid) for pid in re.findall(r"SESSION_CHILD (\d+)", proc.stderr)]
+    assert len(pids) == 2, describe(proc)
+    deadline = time.monotonic() + 10
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(running, pids)), pids
 
 
 def test_a_thread_that_reuses_an_ended_threads_ident_is_still_a_leak():

@@ -41,6 +41,7 @@ from typing import AbstractSet, Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from continuous_test._procfs import running
 from continuous_test.config import LEAK_POLICIES
 from continuous_test.wire.outcome import Leak, LeakReport
 
@@ -58,6 +59,8 @@ WATCHED = (
     "an alarm or interval timer the test left pending",
     "environment variables", "sys.path", "sys.modules (replaced or removed modules, added non-modules)",
     "sys.stdout and sys.stderr", "warnings filters", "torch default dtype", "torch default device",
+    "torch function and dispatch modes left entered (a torch.device(...) context)",
+    "child processes the test started in a session or process group of their own",
     "grad mode", "torch intra-op threads", "torch inter-op threads", "deterministic algorithms",
     "float32 matmul precision (TF32)", "cudnn flags", "default process group (object, rank, size)",
     "threads the test's own code started (daemon or not), not a library's",
@@ -175,7 +178,7 @@ class Snapshot:
     """Process-global state before a test; taken by the rank, compared after the test."""
 
     __slots__ = ("scalars", "recursion", "env", "path", "modules", "modules_tag", "streams", "filters", "hooks", "threads", "pg",
-                 "groups")
+                 "groups", "modes", "children")
 
     def __init__(self) -> None:
         self.scalars = tuple([read() for _, read, _ in _SCALARS])
@@ -188,6 +191,8 @@ class Snapshot:
         self.hooks = tuple([tuple(d.items()) if d else () for _, d in _HOOKS])
         self.threads = set(threading.enumerate())  # objects: a new thread may reuse an ended one's ident
         self.pg, self.groups = _groups()
+        self.modes = _modes()
+        self.children = _children()
 
 
 # Copying sys.modules (over a thousand entries in a rank) is the largest part of
@@ -314,6 +319,10 @@ def check(before: Snapshot, policy: str, own_files: Optional[AbstractSet[str]] =
             found.append(leak)
     _check_hooks(before.hooks, found)
     _check_threads(before.threads, found, own_files)
+    if _modes() != before.modes:
+        _check_modes(before.modes, found)
+    if before.children is not None and _children() != before.children:
+        _check_children(before.children, found)
     _check_groups(before, found)
     return LeakReport(policy, tuple(found)) if found else None
 
@@ -494,6 +503,103 @@ def _check_threads(old: set, found: List[Leak], own_files: Optional[AbstractSet[
             where = f", started at {os.path.basename(site[0])}:{site[1]}" if site is not None else ""
             found.append(Leak("threads the test started", "none running",
                               _cut(f"{thread.name!r} ({kind}{where}) still running"), False))
+
+
+# -- torch modes --------------------------------------------------------------------
+
+
+def _modes() -> Tuple[tuple, tuple, Any]:
+    """The torch function and dispatch modes entered now (``with torch.device(...)``, ``LocalTensorMode``).
+
+    And the device ``torch.device`` contexts made current (``torch.utils._device.CURRENT_DEVICE``).
+    """
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    function = tuple(_get_current_function_mode_stack()) if torch._C._len_torch_function_stack() else ()
+    dispatch = tuple(_get_current_dispatch_mode_stack()) if torch._C._len_torch_dispatch_stack() else ()
+    return function, dispatch, _current_device()
+
+
+def _current_device() -> Any:
+    device_module = sys.modules.get("torch.utils._device")  # imported by the first torch.device context
+    return getattr(device_module, "CURRENT_DEVICE", None)
+
+
+def _check_modes(old: Tuple[tuple, tuple, Any], found: List[Leak]) -> None:
+    """Put the mode stacks back as they were (the modes the test left entered are dropped); report them."""
+    now = _modes()
+    if now[0] != old[0]:
+        # torch.device(...).__enter__ pushes from C++, and its __exit__ needs the
+        # object entered: rebuild the stack from the modes that were there.
+        for _ in range(torch._C._len_torch_function_stack()):
+            torch._C._pop_torch_function_stack()
+        for mode in old[0]:
+            torch._C._push_on_torch_function_stack(mode)
+        found.append(Leak("torch function modes (torch.device(...) contexts, TorchFunctionMode)",
+                          _describe_modes(old[0]), _describe_modes(now[0]), _modes()[0] == old[0]))
+    if now[1] != old[1]:
+        for mode in reversed([m for m in now[1] if m not in old[1]]):
+            try:
+                mode.__exit__(None, None, None)
+            except Exception:
+                break
+        found.append(Leak("torch dispatch modes", _describe_modes(old[1]), _describe_modes(now[1]),
+                          _modes()[1] == old[1]))
+    if _current_device() is not old[2]:
+        setattr(sys.modules["torch.utils._device"], "CURRENT_DEVICE", old[2])
+
+
+def _describe_modes(modes: tuple) -> str:
+    if not modes:
+        return "none entered"
+    names = [f"{type(m).__name__}({m.device})" if hasattr(m, "device") else type(m).__name__ for m in modes]
+    return _cut(", ".join(names) + " entered")
+
+
+# -- child processes ------------------------------------------------------------------
+
+
+def _children() -> Optional[bytes]:
+    """The children of the thread that runs tests, as the kernel lists them (None where it does not)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/children", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _check_children(old: bytes, found: List[Leak]) -> None:
+    """A child the test started that left the rank's process group would outlive the run: end it and report it."""
+    new = [int(pid) for pid in (_children() or b"").split() if pid not in old.split()]
+    for pid in new:
+        description = _end_if_outside_group(pid)
+        if description is not None:
+            found.append(Leak("child processes in a session of their own", "none running",
+                              _cut(f"{description!r} still running; ended"), True))
+
+
+def end_children_outside_group() -> None:
+    """End every child of this process that left its process group (at a rank's normal end)."""
+    for pid in (_children() or b"").split():
+        _end_if_outside_group(int(pid))
+
+
+def _end_if_outside_group(pid: int) -> Optional[str]:
+    """SIGKILL the group of child ``pid`` if it is not this process's group and still runs; its command line then."""
+    try:
+        group = os.getpgid(pid)
+        if group == os.getpgrp() or not running(pid):  # in the rank's group, or a zombie
+            return None
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip() or "?"
+        if group == pid:
+            os.killpg(group, signal.SIGKILL)  # its own group: whatever it started too
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except OSError:  # it ended meanwhile
+        return None
+    return command
 
 
 # -- where threads were started --------------------------------------------------------

@@ -95,8 +95,11 @@ def run_cleanup() -> None:
     A rank ends with ``os._exit``, which skips them; so at its normal end (its
     world stopped, or its one fresh test done) it runs them here, as a process of
     its own would at exit.  A rank that is killed (a fault, a time limit) runs none.
+    Then it ends its children that left its process group (``start_new_session``),
+    which the end of the group would not reach: they would outlive the run.
     """
     atexit._run_exitfuncs()
+    leaks.end_children_outside_group()
 
 
 def import_test_class(module: str, qualname: str, module_file: Optional[str]) -> type:

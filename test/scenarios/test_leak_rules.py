@@ -5,22 +5,24 @@ Run with ``leaklib`` on ``PYTHONPATH``.  ``ImportTimeTest``: ``test_a`` imports
 and a warnings filter for itself; ``test_b`` needs both.  ``test_c`` sets a
 variable torch's compile stack sets for itself (kept); ``test_d`` sets one of its
 own (a leak).  ``MissedTest``: ``test_a`` leaves the umask, a lowered recursion limit,
-a trace and a profile function and a pending timer changed; ``test_b`` needs them
-as they were.  ``ThreadTest``: a thread that ended is followed by a new one that
+a trace and a profile function, a pending timer and a ``torch.device`` context
+changed, and a child running in a session of its own; ``test_b`` needs them as
+they were.  ``SessionChildTest`` (leak check off) leaves such a child to the end
+of the run, which must end it.  ``ThreadTest``: a thread that ended is followed by a new one that
 may reuse its ident (the first one is a library's, which the check leaves alone),
 and stays alive: a leak either way.  ``DaemonTest``: ``test_a`` leaves a daemon
-thread that ends its rank 0.5 s later (a leak: the world is restarted, and
+thread that ends its rank 2 s later (a leak: the world is restarted, and
 ``test_b`` passes); ``test_c`` uses a library's per-process thread pool, which
 ``test_d`` finds still there (kept: no restart).
 """
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 import warnings
 
-import fakelib
 import torch
 import torch.distributed as dist
 
@@ -71,8 +73,13 @@ class MissedTest(Gloo):
         sys.settrace(_trace)
         sys.setprofile(_trace)
         signal.setitimer(signal.ITIMER_REAL, 100.0)
+        torch.device("meta").__enter__()  # a `with torch.device(...)` left entered
+        type(self).child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                            start_new_session=True)
 
     def test_b_needs_it_as_it_was(self):
+        self.assertEqual(torch.ones(1).device.type, "cpu")
+        self.assertIsNotNone(MissedTest.child.poll())  # ended, not left to outlive the run
         mask = os.umask(0o022)
         os.umask(mask)
         self.assertEqual(mask, 0o022)
@@ -86,6 +93,8 @@ _ENDING = threading.Event()
 
 class ThreadTest(Gloo):
     def test_a_starts_a_thread_that_ends_later(self):
+        import fakelib
+
         fakelib.start_watcher(_ENDING)
 
     def test_b_reuses_its_ident(self):
@@ -100,7 +109,7 @@ class ThreadTest(Gloo):
 
 
 def _end_rank_later():
-    time.sleep(0.5)
+    time.sleep(2.0)
     os._exit(7)
 
 
@@ -109,14 +118,26 @@ class DaemonTest(Gloo):
         threading.Thread(target=_end_rank_later, name="ends-the-rank", daemon=True).start()
 
     def test_b_innocent(self):
-        time.sleep(1.0)
+        time.sleep(3.0)
         dist.all_reduce(torch.ones(2))
 
     def test_c_uses_a_library_pool(self):
+        import fakelib
+
         self.assertEqual(fakelib.run_in_pool(lambda: 3), 3)
 
     def test_d_finds_the_pool_kept(self):
+        import fakelib
+
         print(f"POOL_KEPT {fakelib.pool_kept()}", flush=True)
+
+
+class SessionChildTest(Gloo):
+    leak_policy = "off"
+
+    def test_starts_a_child_for_the_class(self):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        print(f"SESSION_CHILD {child.pid}", flush=True)
 
 
 if __name__ == "__main__":
