@@ -26,6 +26,14 @@ def run(runner, classes, stamp_dir, env=None, args=()):
     return helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *ids, *args], env=env)
 
 
+def passed_all(runner, proc, n):
+    """Every one of the ``n`` tests ran and passed: none skipped (an exit code of 0 alone allows that)."""
+    if runner == "pytest":
+        assert pytest_counts(proc.stdout) == {"passed": n}, describe(proc)
+    else:
+        assert unittest_counts(proc.stderr) == {"ran": n}, describe(proc)
+
+
 def sent_ahead(proc, cls):
     match = re.search(rf"SENT_AHEAD {cls} (\S+)", proc.stdout + proc.stderr)
     assert match, describe(proc)
@@ -40,6 +48,7 @@ def stamp(stamp_dir, name):
 def test_the_next_test_starts_while_the_runner_records_the_last(runner, tmp_path):
     proc = run(runner, ["AheadTest"], tmp_path, env={"AHEAD_GAP": GAP})
     assert proc.returncode == 0, describe(proc)
+    passed_all(runner, proc, 4)
     assert sent_ahead(proc, "AheadTest") == "3", describe(proc)
     # The first test waits for the runner; each later one was on the ranks before
     # the runner (slow by GAP seconds) asked for it.
@@ -55,6 +64,7 @@ def test_the_next_test_starts_while_the_runner_records_the_last(runner, tmp_path
 def test_turned_off_every_test_waits_for_the_runner(tmp_path):
     proc = run("python", ["AheadTest"], tmp_path, env={"AHEAD_GAP": GAP, "CONTINUOUS_TEST_AHEAD": "0"})
     assert proc.returncode == 0, describe(proc)
+    passed_all("python", proc, 4)
     assert sent_ahead(proc, "AheadTest") == "0", describe(proc)
     for test in ("test_a", "test_b", "test_c", "test_d"):
         assert stamp(tmp_path, f"rank0-AheadTest.{test}") > stamp(tmp_path, f"ctl-AheadTest.{test}"), test
@@ -74,12 +84,26 @@ def test_a_test_the_runner_skips_is_never_sent_ahead(runner, tmp_path):
     assert proc.returncode == 0, describe(proc)
     ran = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ran-"))
     if runner == "python":  # pytest's marker means nothing to unittest: that test runs
+        assert unittest_counts(proc.stderr) == {"ran": 4, "skipped": 1}, describe(proc)
         assert sent_ahead(proc, "SkippedNextTest") == "1", describe(proc)
         assert ran == ["ran-0-test_c_pytest_skipped", "ran-1-test_c_pytest_skipped"], ran
     else:
         assert pytest_counts(proc.stdout) == {"passed": 2, "skipped": 2}, describe(proc)
         assert sent_ahead(proc, "SkippedNextTest") == "0", describe(proc)
         assert ran == [], ran
+
+
+def test_a_test_a_skip_or_skipif_marker_skips_is_never_sent_ahead(tmp_path):
+    # Sent ahead, test_b_skip (or test_d_skipif) would run on the ranks, and the runner's
+    # next test (test_c, test_e) would start in a fresh world: new rank pids.
+    proc = run("pytest", ["MarkerSkippedNextTest"], tmp_path)
+    assert pytest_counts(proc.stdout) == {"passed": 3, "skipped": 2}, describe(proc)
+    ran = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ran-"))
+    assert ran == [], describe(proc)
+    for rank in (0, 1):
+        pids = {test: (tmp_path / f"pid{rank}-MarkerSkippedNextTest.{test}").read_text()
+                for test in ("test_a", "test_c", "test_e")}
+        assert len(set(pids.values())) == 1, f"rank {rank} was restarted: {pids}\n{describe(proc)}"
 
 
 def test_a_rank_dying_in_a_test_sent_ahead_fails_that_test(tmp_path):
@@ -112,11 +136,11 @@ def test_a_test_sent_ahead_that_the_runner_does_not_run_is_stopped(mode, tmp_pat
     # A rank stopped while it wrote its pid leaves the file empty: nothing to check there.
     pids = {p.name: int(p.read_text()) for p in tmp_path.iterdir() if p.name.startswith("pid") and p.read_text()}
     if mode == "mispredict":
-        assert "Ran 2 tests" in proc.stderr, describe(proc)
+        passed_all("python", proc, 2)
         # test_c ran in a fresh world: test_b's ranks were stopped with theirs.
         assert pids["pid0-LongNextTest.test_c"] != pids["pid0-LongNextTest.test_a"], pids
     else:
-        assert "Ran 1 test" in proc.stderr, describe(proc)
+        passed_all("python", proc, 1)
     for pid in pids.values():
         assert not os.path.exists(f"/proc/{pid}") or _zombie(pid), f"rank {pid} outlived the run"
 
@@ -141,6 +165,7 @@ def test_live_output_shows_what_a_test_sent_ahead_printed_before_the_runner_aske
     env = {"AHEAD_GAP": GAP, "CONTINUOUS_TEST_LIVE_OUTPUT": "1"} if runner == "python" else {"AHEAD_GAP": GAP}
     proc = run(runner, ["LiveOutputTest"], tmp_path, env=env, args=args)
     assert proc.returncode == 0, describe(proc)
+    passed_all(runner, proc, 3)
     out = proc.stdout + proc.stderr
     for test in ("test_a", "test_b", "test_c"):
         for rank in (0, 1):

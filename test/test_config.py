@@ -47,6 +47,20 @@ def test_scale_multiplies():
     assert config.test_time_limit(WithAttrs, decorated, env={config.ENV_TIMEOUT_SCALE: "2.5"}) == 7.5
 
 
+@pytest.mark.parametrize("read, name, attribute", [
+    (config.grace_period, config.ENV_GRACE, "grace_period"),
+    (config.start_timeout, config.ENV_START_TIMEOUT, "start_timeout"),
+    (config.shutdown_timeout, config.ENV_SHUTDOWN_TIMEOUT, "shutdown_timeout"),
+])
+def test_seconds_settings_come_from_their_variable_first(read, name, attribute):
+    attrs = type("Attrs", (), {attribute: 0.5})
+    assert read(attrs, env={}) == 0.5
+    assert read(attrs, env={name: "9"}) == 9
+    assert read(attrs, env={name: ""}) == 0.5
+    with pytest.raises(ConfigError, match=f"'-2' from {name} environment variable"):
+        read(attrs, env={name: "-2"})
+
+
 def test_grace():
     assert config.grace_period(WithAttrs, env={}) == 0.5
     assert config.grace_period(WithAttrs, env={config.ENV_GRACE: "9"}) == 9

@@ -223,7 +223,11 @@ def test_rejects_rebind_from_inside_backward(ddp: DistributedDataParallel, kind:
 
 def test_allows_rebind_right_after_backward(ddp: DistributedDataParallel) -> None:
     _train(ddp)
-    ctd.update_process_group(ddp, dist.new_group([0]))
+    group = dist.new_group([0])
+    ctd.update_process_group(ddp, group)
+    assert ddp.process_group is group, "the call returned without rebinding"
+    _train(ddp)  # the reducer, reset by the rebind, runs the next iteration
+    assert ddp.process_group is group
 
 
 # ---------------------------------------------------------------- comm hooks

@@ -29,11 +29,13 @@ def test_accept_rewrites_the_file_once(tmp_path):
     copy.write_text(copy.read_text().replace('"""world of 2"""', '"""old"""'))
     proc = helpers.run([helpers.sys.executable, str(copy)], cwd=tmp_path, env={"EXPECTTEST_ACCEPT": "1"})
     assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 1}, describe(proc)
     text = copy.read_text()
     assert text.count('"""world of 2"""') == 1 and '"""old"""' not in text, text
     # The rewritten file is valid and now passes without accepting.
     again = helpers.run([helpers.sys.executable, str(copy)], cwd=tmp_path)
     assert again.returncode == 0, describe(again)
+    assert unittest_counts(again.stderr) == {"ran": 1}, describe(again)
 
 
 def test_accept_fails_when_ranks_disagree(tmp_path):

@@ -154,6 +154,7 @@ def test_a_leak_under_a_launcher_is_reported_once_as_it_is_there():
     proc = helpers.torchrun("test_launched_leak.py", 2)
     both = proc.stdout + proc.stderr
     assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
     assert both.count("LeakWarning: LaunchedLeakTest.test_a_leaves_a_thread left process-global state changed") == 1, \
         describe(proc)
     assert verdict_leaks.NOT_RESTORED_LAUNCHED.format(items="live non-daemon threads") in both, describe(proc)

@@ -95,6 +95,7 @@ def test_template_cuda_flag_is_read_from_the_template():
     # template: the ranks must see the flag set.
     proc = helpers.python("test_template.py", "-v", env={"FAKE_CUDA_INIT_IN_TEMPLATE": "1"})
     assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
 
 
 def test_spawn_fallback():

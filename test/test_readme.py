@@ -1,7 +1,9 @@
 """README.rst and docs/ stay true: every Python example runs, the failure report shown is
-what a run prints, quoted benchmark rows equal the generated ones, every module is listed."""
+what a run prints, quoted benchmark rows equal the generated ones, every module is listed,
+and test/README.rst maps every CONTINUOUS_TEST_* variable to tests that name it."""
 from __future__ import annotations
 
+import ast
 import re
 import sys
 
@@ -50,6 +52,13 @@ def test_example_runs(index, tmp_path):
         proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(path)], cwd=tmp_path)
     if not code.startswith(EXPECTED_FAILURE):
         assert proc.returncode == 0, describe(proc)
+        # Exit code 0 holds as well when every test was skipped: something must have passed.
+        if "run_tests()" in code:
+            counts = helpers.unittest_counts(proc.stderr)
+            assert counts.get("ran", 0) > 0 and set(counts) == {"ran"}, describe(proc)
+        else:
+            counts = helpers.pytest_counts(proc.stdout)
+            assert counts.get("passed", 0) > 0 and set(counts) == {"passed"}, describe(proc)
         return
     assert proc.returncode == 1, describe(proc)
     actual = (proc.stdout + proc.stderr).replace(f"{tmp_path}/", "").replace(path.name, "test_sum.py")
@@ -99,6 +108,86 @@ def test_design_lists_every_module():
     assert modules - listed == set(), "add these modules to the layout tables in docs/design.rst"
     assert listed - modules == set(), "these modules in docs/design.rst no longer exist"
 
+
+
+# -- test/README.rst: every CONTINUOUS_TEST_* variable to the tests that exercise it --------
+
+TEST_README = ROOT / "test" / "README.rst"
+ENV_FILE = ROOT / "continuous_test" / "wire" / "env.py"
+HARNESS_COMMENT = "# Set by the harness"  # in wire/env.py: the variables after it are not a user's settings
+HARNESS_HEADER = "set by the harness"  # the first cell of the second table's header
+SETTING_ROW = re.compile(r"^``(CONTINUOUS_TEST_\w+)``\s+``(test_\w+\.py)``\s+(.+)$", re.M)
+
+
+def _env_variables() -> tuple:
+    """({variable: constant} a user sets, {variable: constant} the harness sets), from wire/env.py's source."""
+    source = ENV_FILE.read_text()
+    harness_from = source.index(HARNESS_COMMENT)
+    user: dict = {}
+    harness: dict = {}
+    for constant, value in re.findall(r'^(ENV_\w+) = "(CONTINUOUS_TEST_\w+)"$', source, re.M):
+        at = source.index(f"\n{constant} = ")
+        (user if at < harness_from else harness)[value] = constant
+    return user, harness
+
+
+def _settings_rows() -> tuple:
+    """Rows (variable, test file, [tests]) of test/README.rst's settings table and harness table."""
+    text = TEST_README.read_text()
+    split = re.search(rf"^{HARNESS_HEADER}\s", text, re.M)
+    assert split, f"no table headed {HARNESS_HEADER!r} in test/README.rst"
+
+    def rows(part: str) -> list:
+        return [(var, file, re.findall(r"``(test_\w+)``", tests)) for var, file, tests in SETTING_ROW.findall(part)]
+    return rows(text[:split.start()]), rows(text[split.start():])
+
+
+def _functions(path) -> dict:
+    """Module-level functions of a test file: name -> source, decorators included."""
+    source = path.read_text()
+    lines = source.splitlines()
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef):
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            found[node.name] = "\n".join(lines[start - 1:node.end_lineno])
+    return found
+
+
+def _names(source: str, variable: str, constant: str) -> bool:
+    return variable in source or re.search(rf"\b{constant}\b", source) is not None
+
+
+def test_env_variables_are_found_and_split():
+    user, harness = _env_variables()
+    assert {"CONTINUOUS_TEST_TIMEOUT", "CONTINUOUS_TEST_AHEAD"} <= set(user), user
+    assert {"CONTINUOUS_TEST_COVERAGE", "CONTINUOUS_TEST_TEMPLATE_PID"} <= set(harness), harness
+    from continuous_test.wire import env
+
+    declared = {getattr(env, name) for name in env.__all__ if name.startswith("ENV_")}
+    assert set(user) | set(harness) == declared
+
+
+def test_test_readme_maps_every_variable_to_tests_that_name_it():
+    user, harness = _env_variables()
+    settings, harness_rows = _settings_rows()
+    assert {row[0] for row in settings} == set(user), "the settings table of test/README.rst is not wire/env.py's"
+    assert {row[0] for row in harness_rows} == set(harness), "the harness table of test/README.rst is not wire/env.py's"
+    constants = {**user, **harness}
+    for variable, file, tests in settings + harness_rows:
+        path = ROOT / "test" / file
+        assert path.is_file(), f"{variable}: {file} does not exist"
+        assert tests, f"{variable}: no test named for {file}"
+        functions = _functions(path)
+        # A helper of the same file that names the variable counts for the tests that call it.
+        helpers_naming = [name for name, source in functions.items()
+                          if not name.startswith("test_") and _names(source, variable, constants[variable])]
+        for test in tests:
+            assert test in functions, f"{variable}: {file} has no {test}"
+            source = functions[test]
+            assert _names(source, variable, constants[variable]) or any(
+                re.search(rf"\b{helper}\(", source) for helper in helpers_naming), \
+                f"{variable}: {file}::{test} does not name it (nor ENV constant {constants[variable]})"
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

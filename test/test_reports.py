@@ -124,10 +124,12 @@ def test_heartbeat_in_verbose_mode_only():
     env = {progress.ENV_HEARTBEAT: "1", "SLOW_SECONDS": "2.5"}
     verbose = helpers.python("test_reports.py", "-v", "ReportTest.test_h_slow", env=env)
     assert verbose.returncode == 0, describe(verbose)
+    assert unittest_counts(verbose.stderr) == {"ran": 1}, describe(verbose)
     assert re.search(HEARTBEAT_LINE, verbose.stderr), describe(verbose)
     assert re.search(r"test_h_slow \(.*\) \.\.\. \n", verbose.stderr), describe(verbose)  # it starts its own line
     quiet = helpers.python("test_reports.py", "ReportTest.test_h_slow", env=env)
     assert quiet.returncode == 0 and "still running" not in quiet.stderr, describe(quiet)
+    assert unittest_counts(quiet.stderr) == {"ran": 1}, describe(quiet)
 
 
 def test_live_output_is_shown_while_the_test_runs(tmp_path):
@@ -150,6 +152,7 @@ def test_live_output_is_shown_while_the_test_runs(tmp_path):
         proc.wait()
     output = "".join(seen)
     assert proc.returncode == 0, output
+    assert unittest_counts(output) == {"ran": 1}, output
     assert output.count("[rank2] hello from rank 2") == 1, output  # not forwarded a second time
 
 

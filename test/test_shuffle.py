@@ -60,6 +60,7 @@ def test_pytest_same_order_with_k_and_x():
 def test_pytest_bare_option_picks_a_seed_shared_by_xdist_workers():
     proc = helpers.pytest("test_shuffle.py", "-n", "2", "--dist", "loadscope", "--ct-shuffle")
     assert proc.returncode == 0, describe(proc)
+    assert helpers.pytest_counts(proc.stdout) == {"passed": len(DEFAULT)}, describe(proc)
     assert re.search(r"shuffled with seed \d+", proc.stdout), describe(proc)
 
 

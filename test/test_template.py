@@ -1,6 +1,10 @@
 """The rank template: forked from the controller when safe, a fresh interpreter otherwise; never a deadlock."""
 from __future__ import annotations
 
+import gc
+import importlib.util
+import os
+import re
 import sys
 import threading
 
@@ -54,7 +58,21 @@ def test_a_template_made_lazily_after_parallel_work_is_probed():
 def test_the_fresh_interpreter_template_on_request():
     proc = helpers.python(SCENARIO, env=dict(ENV, CONTINUOUS_TEST_START_METHOD="forkserver"))
     assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
     assert "template kind: forkserver" in proc.stdout, describe(proc)
+
+
+def test_a_dead_template_is_replaced_and_the_next_test_passes_on_its_first_run():
+    # The template is killed between two classes: the next world's ranks come from a
+    # new template, and its test passes at once, without a rerun in a fresh world.
+    proc = helpers.python("test_template_dies.py")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
+    killed = re.search(r"^killed template (\d+)$", proc.stdout, re.M)
+    forked_from = set(re.findall(r"^\[rank\d\] forked from (\d+)$", out, re.M))
+    assert killed and len(forked_from) == 1 and killed.group(1) not in forked_from, describe(proc)
+    assert "rerun" not in out, describe(proc)
 
 
 def test_a_controller_with_a_second_thread_is_not_forked():
@@ -86,13 +104,71 @@ def test_a_fork_a_test_makes_in_a_rank_leaves_its_garbage_collector_alone(method
     assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
 
 
-def test_a_fork_in_the_controller_leaves_its_garbage_collector_alone():
-    import importlib.util
-
+def _forks_scenario():
     import continuous_test.rank.run  # noqa: F401 - a controller imports the ranks' modules too
 
     spec = importlib.util.spec_from_file_location("forks_scenario", helpers.SCENARIOS / "test_forks.py")
     assert spec is not None and spec.loader is not None
     scenario = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(scenario)
+    return scenario
+
+
+def test_a_fork_in_the_controller_leaves_its_garbage_collector_alone():
+    assert not _forks_scenario().cycle_survives_a_fork()
+
+
+def test_only_the_process_named_as_the_template_freezes_its_objects_before_a_fork(monkeypatch):
+    # CONTINUOUS_TEST_TEMPLATE_PID, set in the template itself, is what tells it from
+    # any other process: named there, this process freezes (so the cycle survives).
+    from continuous_test.wire.env import ENV_TEMPLATE_PID
+
+    scenario = _forks_scenario()
+    monkeypatch.setenv(ENV_TEMPLATE_PID, str(os.getpid()))
+    try:
+        assert scenario.cycle_survives_a_fork()
+    finally:
+        gc.unfreeze()
+    monkeypatch.setenv(ENV_TEMPLATE_PID, str(os.getppid()))
     assert not scenario.cycle_survives_a_fork()
+
+
+def test_the_template_removes_the_controllers_private_dir_when_it_exits(tmp_path):
+    # The template's exit handler (template/at_exit.py) removes CONTINUOUS_TEST_PRIVATE_DIR:
+    # the controller may have died without removing it.  This interpreter plays the template.
+    from continuous_test.wire.env import ENV_PRIVATE_DIR
+
+    private = tmp_path / "private"
+    (private / "world-X").mkdir(parents=True)
+    proc = helpers.run([sys.executable, "-c", "import continuous_test.template.at_exit"], env={ENV_PRIVATE_DIR: str(private)})
+    assert proc.returncode == 0, describe(proc)
+    assert not private.exists(), describe(proc)
+
+
+_SCRIPT = """
+import os
+import sys
+
+print("imported as", __name__, flush=True)
+if __name__ == "__main__":
+    from continuous_test.template import server
+
+    modules = server.preload_modules()
+    print("preload main:", os.environ.get("{name}"), "continuous_test.template.preload_main" in modules)
+"""
+
+
+def test_a_fresh_interpreter_template_imports_a_test_file_run_as_a_script(tmp_path):
+    # Run as a script, the test file is named in CONTINUOUS_TEST_PRELOAD_MAIN and preloaded
+    # by a fresh-interpreter template (template/preload_main.py), as __mp_main__.
+    from continuous_test.wire.env import ENV_PRELOAD_MAIN
+
+    script = tmp_path / "test_as_script.py"
+    script.write_text(_SCRIPT.replace("{name}", ENV_PRELOAD_MAIN))
+    proc = helpers.run([sys.executable, str(script)], cwd=tmp_path)
+    assert proc.returncode == 0, describe(proc)
+    assert f"preload main: {script} True" in proc.stdout, describe(proc)
+    template = helpers.run([sys.executable, "-c", "import continuous_test.template.preload_main"], cwd=tmp_path,
+                           env={ENV_PRELOAD_MAIN: str(script)})
+    assert template.returncode == 0, describe(template)
+    assert template.stdout == "imported as __mp_main__\n", describe(template)

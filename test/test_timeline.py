@@ -63,7 +63,7 @@ def world(tmp_path_factory):
 
 
 def test_every_test_ran(world):
-    assert unittest_counts(world.stderr) == {"ran": 8, "failures": 2, "errors": 5}, describe(world)
+    assert unittest_counts(world.stderr) == {"ran": 9, "failures": 3, "errors": 5}, describe(world)
     assert re.search(r"test_h_healthy .* \.\.\. ok$", world.stderr, re.M), describe(world)
 
 
@@ -101,6 +101,13 @@ def test_failure_on_some_ranks_shows_the_timeline(world):
     assert re.search(r"ranks 0, 1: all_reduce #1 \[float32\(8\)\] at test_timeline.py:\d+ \(returned\)", report), report
 
 
+def test_point_to_point_calls_are_numbered_apart_from_collectives(world):
+    report = section(world.stderr, "test_i_point_to_point_after_a_collective")
+    assert re.search(r"rank 0: send\(peer 1\) #1 \[float32\(4\)\] at test_timeline.py:\d+ \(returned\)\n"
+                     r"    rank 1: recv\(peer 0\) #1 \[float32\(4\)\] at test_timeline.py:\d+ \(returned\)\n", report), report
+    assert "divergence" not in report and "point-to-point:" not in report, report
+
+
 def test_same_failure_everywhere_without_divergence_has_no_timeline(world):
     assert HEADING not in section(world.stderr, "test_f_fails_everywhere_alike")
 
@@ -113,7 +120,7 @@ def test_rank_holding_the_gil_still_has_its_records_read(world):
 
 
 def test_passing_tests_print_no_timeline(world):
-    assert world.stderr.count(HEADING) == 6, describe(world)
+    assert world.stderr.count(HEADING) == 7, describe(world)
 
 
 @pytest.fixture(scope="module")

@@ -105,6 +105,7 @@ def test_green_run_leaves_no_grandchildren_and_no_template(tmp_path):
     proc = helpers.run([sys.executable, "-c", _WITH_CHILDREN, SCENARIO, "-k", "GrandchildrenTest"],
                        env={"PID_DIR": str(pid_dir)})
     assert proc.returncode == 0, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 1}, describe(proc)
     pids = read_pids(pid_dir)
     assert sorted(pids) == ["fork0", "fork1", "popen0", "popen1"], pids
     started = list(pids.values())
@@ -197,14 +198,19 @@ def test_grace_period_waited_is_the_configured_one(cls, test):
     assert 0.9 <= waited < 8.0, f"waited {waited} s\n{describe(proc)}"
 
 
-def test_shutdown_bound_is_the_configured_one():
-    proc = helpers.pytest("test_faults.py", "-k", "ShutdownHangTest", "--durations=0", "--durations-min=0", "-rA")
+@pytest.mark.parametrize("env, bound", [({}, 1), ({"CONTINUOUS_TEST_SHUTDOWN_TIMEOUT": "2"}, 2)],
+                         ids=["class attribute", "environment"])
+def test_shutdown_bound_is_the_configured_one(env, bound):
+    # The class sets shutdown_timeout = 1 s; CONTINUOUS_TEST_SHUTDOWN_TIMEOUT overrides it.
+    proc = helpers.pytest("test_faults.py", "-k", "ShutdownHangTest", "--durations=0", "--durations-min=0", "-rA",
+                          env=env)
     assert proc.returncode == 0, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 1}, describe(proc)
     waited = duration(proc.stdout, "teardown", "test_teardown_hangs")
-    # shutdown_timeout = 1 s, then the ranks are killed (at most 2 s more); twenty
-    # times the bound would be 20 s.
-    assert 0.9 <= waited < 10.0, f"teardown took {waited} s\n{describe(proc)}"
-    assert "did not stop within 1 s and were killed" in proc.stderr + proc.stdout, describe(proc)
+    # The bound, then the ranks are killed (at most 2 s more); twenty times the
+    # 1 s bound would be 20 s.
+    assert bound - 0.1 <= waited < bound + 9.0, f"teardown took {waited} s\n{describe(proc)}"
+    assert f"did not stop within {bound} s and were killed" in proc.stderr + proc.stdout, describe(proc)
 
 
 def test_failing_fresh_rank_exits_with_torchs_error_code():
@@ -216,6 +222,7 @@ def test_failing_fresh_rank_exits_with_torchs_error_code():
 def test_init_pg_returns_only_once_every_rank_joined():
     proc = run_class("InitBarrierTest")
     assert proc.returncode == 0, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 1}, describe(proc)
 
 
 def test_a_forked_child_that_returns_through_the_harness_ends_there():

@@ -113,6 +113,29 @@ class SkippedNextTest(Stamped):
         pass
 
 
+class MarkerSkippedNextTest(Stamped):
+    """Under pytest, test_b and test_d are skipped by their markers: neither is sent ahead, so
+    test_a, test_c and test_e run in one world (a test sent ahead that the runner does not
+    run would stop the world, and the next test would start in a fresh one)."""
+
+    def test_a(self):
+        pass
+
+    @pytest.mark.skip(reason="pytest skips it: never sent ahead")
+    def test_b_skip(self):
+        stamp(f"ran-{self.rank}-test_b_skip")
+
+    def test_c(self):
+        pass
+
+    @pytest.mark.skipif(True, reason="pytest skips it: never sent ahead")
+    def test_d_skipif(self):
+        stamp(f"ran-{self.rank}-test_d_skipif")
+
+    def test_e(self):
+        pass
+
+
 class CrashAheadTest(Stamped):
     def test_a(self):
         all_reduce_sum()

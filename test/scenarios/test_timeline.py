@@ -64,6 +64,16 @@ class DivergeTest(MultiProcContinuousTest):
     def test_h_healthy(self):
         dist.all_reduce(torch.ones(8))
 
+    def test_i_point_to_point_after_a_collective(self):
+        # Point-to-point calls have numbers of their own: send #1 and recv #1 after all_reduce #1.
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        if self.rank == 0:
+            dist.send(t, dst=1)
+        else:
+            dist.recv(t, src=0)
+        self.assertEqual(self.rank, 1)
+
 
 if __name__ == "__main__":
     run_tests()
