@@ -34,10 +34,19 @@ __all__ = [
     "RANK_CLASS_ATTR",
     "FUNCTION_CLASS_ATTR",
     "rank_class_of",
+    "IN_PROCESS_ATTR",
+    "runs_in_one_process",
 ]
 
 # Set to True by the bases whose tests run in ranks (MultiProcContinuousTest, MultiProcessTestCase).
 RANK_CLASS_ATTR = "_ct_runs_in_ranks"
+# Set to True, by this package's TestCase, on a class that derives from one of its
+# bases and also from a torch base that runs every rank inside one process.
+IN_PROCESS_ATTR = "_ct_in_process"
+# The method torch's in-process bases define (LocalDTensorTestBase,
+# LocalDTensorContinuousTestBase, LocalDTensorOpTestBase: ranks as LocalTensor
+# shards on the ``fake`` backend), which tells them apart.
+_IN_PROCESS_MARK = "_get_local_tensor_mode"
 # On a @distributed function: the hidden class that runs it in ranks.
 FUNCTION_CLASS_ATTR = "__continuous_test_class__"
 
@@ -97,3 +106,15 @@ def rank_class_of(obj: Any) -> Optional[type]:
         return obj if getattr(obj, RANK_CLASS_ATTR, False) else None
     cls = getattr(obj, FUNCTION_CLASS_ATTR, None)
     return cls if isinstance(cls, type) else None
+
+
+def runs_in_one_process(cls: type) -> bool:
+    """Whether torch's bases run every rank of ``cls`` inside this process (a LocalTensor variant).
+
+    ``create_local_tensor_test_class(X)`` (torch's ``common_dtensor``) copies a test
+    class onto ``LocalDTensorTestBase`` (or the continuous or op kind), which runs
+    every rank in one process on the ``fake`` backend under ``LocalTensorMode``.
+    When ``X`` derives from this package's bases, the copy does too; it must still
+    run as torch runs it, in the process that runs the test, with no ranks.
+    """
+    return any(_IN_PROCESS_MARK in vars(k) and not k.__module__.startswith("continuous_test.") for k in cls.__mro__)

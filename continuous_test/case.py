@@ -82,15 +82,35 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
     instance.  Ranks are seeded as torch seeds them.
     """
 
+    # True on a class torch runs entirely in this process (a LocalTensor variant made
+    # by torch's create_local_tensor_test_class from a class derived from this
+    # package's bases): it then runs exactly as on torch's bases, in the process that
+    # runs the test, and this package's classes step aside (_role.runs_in_one_process).
+    _ct_in_process = False  # _role.IN_PROCESS_ATTR
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if _role.runs_in_one_process(cls):
+            setattr(cls, _role.IN_PROCESS_ATTR, True)
+            setattr(cls, _role.RANK_CLASS_ATTR, False)
+
     def __init__(self, methodName: str = "runTest") -> None:  # noqa: N803 - unittest's name
+        if self._ct_in_process:
+            super().__init__(methodName)
+            return
         unittest.TestCase.__init__(self, methodName)
 
     def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
         """unittest's run (see the class docstring)."""
+        if self._ct_in_process:
+            return super().run(result)
         return unittest.TestCase.run(self, result)
 
     def setUp(self) -> None:
         """unittest's setUp (see the class docstring)."""
+        if self._ct_in_process:
+            super().setUp()
+            return
         unittest.TestCase.setUp(self)
 
     # Set (by replay.run_with) while a verdict is replayed under unittest's own run
@@ -116,6 +136,9 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
 
     def tearDown(self) -> None:
         """unittest's tearDown (see the class docstring)."""
+        if self._ct_in_process:
+            super().tearDown()
+            return
         unittest.TestCase.tearDown(self)
 
     def assertEqual(self, first: Any, second: Any, msg: Any = None, *, atol: Optional[float] = None,  # noqa: N802
@@ -242,6 +265,8 @@ class MultiProcContinuousTest(TestCase):
 
     def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
         """unittest's seam: run for real in a rank, in place under a launcher, else in the class's shared world."""
+        if self._ct_in_process:
+            return TestCase.run(self, result)
         role = _role.current_role()
         if role is ProcessRole.RANK:
             self.rank = _role.rank()  # type: ignore[assignment]  # a rank always has one
@@ -258,7 +283,7 @@ class MultiProcContinuousTest(TestCase):
     def tearDownClass(cls) -> None:
         """Stop this class's shared world (controller only); fails if a rank died outside a test."""
         try:
-            if _role.current_role() is ProcessRole.CONTROLLER:
+            if _role.current_role() is ProcessRole.CONTROLLER and not cls._ct_in_process:
                 from continuous_test.controller import dispatch
 
                 dispatch.stop_class(cls)

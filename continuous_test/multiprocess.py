@@ -166,6 +166,8 @@ class MultiProcessTestCase(TestCase):
     def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
         """unittest's run: under a launcher, once per launch (launcher rank 0 runs it); in the
         controller it first notes how verbose ``result`` is (heartbeats)."""
+        if self._ct_in_process:
+            return super().run(result)
         role = _role.current_role()
         if role is ProcessRole.LAUNCHED:
             from continuous_test.launched import run as launched
@@ -180,6 +182,8 @@ class MultiProcessTestCase(TestCase):
     def setUp(self) -> None:
         """Controller-side per-test state, as in torch's class."""
         super().setUp()
+        if self._ct_in_process:
+            return
         self.special_return_code_checks: dict = {}
         self.skip_return_code_checks: list = []
         self.processes: list = []
@@ -213,7 +217,8 @@ class MultiProcessTestCase(TestCase):
         """Kill the ranks forked ahead for a next test of this class that did not come; reap the ended ones."""
         from continuous_test.controller import fresh
 
-        fresh.end_class(cls)
+        if not cls._ct_in_process:
+            fresh.end_class(cls)
         super().tearDownClass()
 
     def _start_processes(self, proc: Any = None) -> None:
@@ -231,7 +236,8 @@ class MultiProcessTestCase(TestCase):
     def _callTestMethod(self, method: Callable) -> None:  # noqa: N802 - unittest's seam
         # In a rank: the test itself.  Replaying a verdict made elsewhere (launcher
         # rank 0 ran the test once for the launch): TestCase raises it.
-        if _role.current_role() is ProcessRole.RANK or getattr(self, replay.SOURCE_ATTR, None) is not None:
+        if (_role.current_role() is ProcessRole.RANK or getattr(self, replay.SOURCE_ATTR, None) is not None
+                or self._ct_in_process):
             super()._callTestMethod(method)
             return
         __tracebackhide__ = True  # noqa: F841

@@ -32,6 +32,7 @@ EXPECTED = {
     "test_device_type.py": {"ran": 8},
     "test_dtensor_bases.py": {"ran": 15, "skipped": 2},
     "test_fsdp_bases.py": {"ran": 7, "skipped": 4},
+    "test_local_tensor_variants.py": {"ran": 14, "skipped": 1},
 }
 
 
@@ -41,7 +42,7 @@ EXPECTED = {
 COMPAT_TIMEOUT = 1800
 
 # Files also run through pytest, under continuous_test's classes.
-UNDER_PYTEST = {"test_collectives.py", "test_dtensor_bases.py", "test_fsdp_bases.py"}
+UNDER_PYTEST = {"test_collectives.py", "test_dtensor_bases.py", "test_fsdp_bases.py", "test_local_tensor_variants.py"}
 
 
 def compat_env(base: str) -> dict:
@@ -73,6 +74,47 @@ def test_same_counts_as_torch(name):
         counts = pytest_counts(procs["ours, pytest"].stdout)
         counts.pop("subtests", None)  # run_subtests' blocks, which unittest's summary does not count
         assert counts == expected, describe(procs["ours, pytest"])
+
+
+def test_local_tensor_variants_of_our_bases_run_in_this_process():
+    # torch's create_local_tensor_test_class puts a copy of the class on a base that
+    # runs every rank here, on the fake backend: no ranks, no world, torch's verdicts.
+    import os
+
+    import torch.distributed as dist
+    from torch.testing._internal.distributed._tensor.common_dtensor import (
+        LocalDTensorContinuousTestBase,
+        create_local_tensor_test_class,
+    )
+
+    from continuous_test import DTensorContinuousTestBase, DTensorTestBase, _role, with_comms
+
+    here = os.getpid()
+
+    class Fresh(DTensorTestBase):
+        @property
+        def world_size(self):
+            return 2
+
+        @with_comms
+        def test_in_this_process(self):
+            assert (dist.get_backend(), os.getpid(), self.world_size) == ("fake", here, 2)
+
+    class Shared(DTensorContinuousTestBase):
+        world_size = 2
+
+        def test_in_this_process(self):
+            assert (dist.get_backend(), os.getpid()) == ("fake", here)
+
+    variants = [create_local_tensor_test_class(Fresh),
+                create_local_tensor_test_class(Shared, base_class=LocalDTensorContinuousTestBase)]
+    assert [_role.rank_class_of(cls) for cls in variants] == [None, None]
+    assert _role.rank_class_of(Fresh) is Fresh and _role.rank_class_of(Shared) is Shared
+    suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromTestCase(cls) for cls in variants)
+    result = unittest.TestResult()
+    suite.run(result)
+    assert (result.testsRun, result.failures, result.errors) == (2, [], []), result.failures + result.errors
+    assert not dist.is_initialized()
 
 
 # -- a directory migrated by its conftest.py ----------------------------------------------
