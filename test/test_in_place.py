@@ -157,7 +157,7 @@ def test_a_leak_under_a_launcher_is_reported_once_as_it_is_there():
     assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
     assert both.count("LeakWarning: LaunchedLeakTest.test_a_leaves_a_thread left process-global state changed") == 1, \
         describe(proc)
-    assert verdict_leaks.NOT_RESTORED_LAUNCHED.format(items="live non-daemon threads") in both, describe(proc)
+    assert verdict_leaks.NOT_RESTORED_LAUNCHED.format(items="threads the test started") in both, describe(proc)
     assert "the world is restarted" not in both, describe(proc)
 
 
