@@ -352,6 +352,8 @@ def resolve_fresh(cls: type, world_size: Any, env: Mapping[str, str] = os.enviro
     overrides = current_overrides()
     value = overrides.world_size if overrides.world_size is not None else overrides.marked_world_size
     value = world_size if value is None else value
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)  # torch's TestDistBackend returns os.environ["WORLD_SIZE"]; torch's class takes int() of it
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(BAD_WORLD_SIZE.format(cls=cls.__qualname__, value=value))
     return ClassSettings(

@@ -260,6 +260,33 @@ class MultiProcessTestCase(TestCase):
 
     # -- rank side ---------------------------------------------------------------------
 
+    @classmethod
+    def _run(cls, rank: int, test_name: str, file_name: str, parent_pipe: Any = None, **kwargs: Any) -> None:
+        """A fresh rank's entry, as in torch's class: make the test case and run ``test_name`` on ``rank``.
+
+        A suite may override it, as torch's ``TestDistBackend`` does (create its
+        process group, wait at its file barrier, ``self.run_test(test_name, pipe)``,
+        barrier again, destroy the group, ``sys.exit(0)``): the rank then runs the
+        override, and the test's outcome is what ``run_test`` recorded.
+        ``parent_pipe`` is None here (outcomes travel another way).
+        """
+        case = cls(test_name)
+        case.rank = rank
+        case.file_name = file_name
+        case.run_test(test_name, parent_pipe)
+
+    def run_test(self, test_name: str, parent_pipe: Any = None) -> None:
+        """Run this rank's test (torch's name): its outcome becomes the rank's report.
+
+        As torch's ``run_test`` ends the rank when the test failed or skipped, this
+        raises ``SystemExit`` then, so a suite's ``_run`` does not go on to its
+        after-test barrier, where the ranks whose test passed would wait.
+        """
+        from continuous_test.rank import fresh as fresh_rank
+
+        assert test_name == self._testMethodName, f"run_test({test_name!r}) on the case of {self._testMethodName!r}"
+        fresh_rank.run_case(self)
+
     def init_pg(self, backend: Optional[str] = None, **kwargs: Any):
         """Create the default process group on this test's own rendezvous, and wait for every rank's (in a rank)."""
         import torch.distributed as dist

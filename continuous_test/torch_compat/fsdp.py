@@ -6,10 +6,10 @@ same names from ``continuous_test`` after torch's imports::
     from torch.testing._internal.common_fsdp import FSDPTest
     from continuous_test import FSDPTest      # the migration
 
-* :class:`FSDPTest`: fresh ranks for every test, forked from the template.  In each
-  rank the test runs inside torch's per-rank preamble and epilogue (``FSDPTest._run``):
-  skip when there are fewer accelerators than ranks, create the default group on
-  ``init_method``, barrier, reset dynamo, seed; then barrier and destroy the group.
+* :class:`FSDPTest`: fresh ranks for every test, forked from the template.  Each
+  rank enters through torch's own ``FSDPTest._run``: skip when there are fewer
+  accelerators than ranks, create the default group on ``init_method``, barrier,
+  reset dynamo, seed, ``run_test``; then barrier and destroy the group.
 * :class:`FSDPTestContinuous`: one world per class.  Its ``setUp`` and ``tearDown``
   (barrier, dynamo reset, seeding) run on every rank; torch's run them only in the
   process that runs the test runner, where the barrier is skipped, so they never ran
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -33,7 +32,6 @@ from torch.testing._internal.common_distributed import TEST_SKIPS
 from torch.testing._internal.common_fsdp import FSDPTestMixin, FSDPTestMultiThread  # noqa: F401 - re-exported
 from torch.testing._internal.common_utils import set_rng_seed
 
-from continuous_test import _role
 from continuous_test.case import MultiProcContinuousTest
 from continuous_test.multiprocess import MultiProcessTestCase
 from continuous_test.torch_compat.dtensor import borrow
@@ -47,12 +45,15 @@ _TORCH_TEST = _torch_fsdp.FSDPTest
 
 
 class FSDPTest(FSDPTestMixin, MultiProcessTestCase):
-    """torch's ``FSDPTest``: fresh ranks per test, each running torch's FSDP preamble around the test."""
+    """torch's ``FSDPTest``: fresh ranks per test, each entering through torch's own ``FSDPTest._run``."""
 
     world_size = borrow(_TORCH_TEST, "world_size")
     process_group = borrow(_TORCH_TEST, "process_group")
     destroy_pg_upon_exit = borrow(_TORCH_TEST, "destroy_pg_upon_exit")
     init_method = borrow(_TORCH_TEST, "init_method")
+    # The rank's entry: torch's preamble (skip without enough accelerators, the
+    # group on init_method, barrier, dynamo reset, seed), run_test, its epilogue.
+    _run = borrow(_TORCH_TEST, "_run")
 
     def setUp(self) -> None:
         """Start this test's ranks (controller side), as torch's class does."""
@@ -60,34 +61,6 @@ class FSDPTest(FSDPTestMixin, MultiProcessTestCase):
         # As torch: keep NCCL's workCleanupLoop quiet (pytorch/pytorch#90848); ranks inherit it.
         os.environ["TORCH_NCCL_DESYNC_DEBUG"] = "0"
         self._spawn_processes()
-
-    def _callTestMethod(self, method: Callable) -> None:  # noqa: N802 - unittest's seam
-        if _role.current() is None:
-            super()._callTestMethod(method)
-            return
-        _init_fsdp_rank(self)
-        device_ids = _bind_device(self.rank)
-        dist.barrier(device_ids=device_ids)  # every rank is ready before a test may skip at once
-        torch._dynamo.reset()
-        set_rng_seed()
-        super()._callTestMethod(method)
-        torch._dynamo.reset()
-        dist.barrier(device_ids=device_ids)
-        dist.destroy_process_group()
-
-
-def _init_fsdp_rank(case: Any) -> None:
-    """torch's ``FSDPTest._run`` up to its barrier: skip without enough accelerators, else join the group."""
-    print(f"dist init r={case.rank}, world={case.world_size}")
-    if torch.accelerator.device_count() < case.world_size:
-        sys.exit(TEST_SKIPS[f"multi-gpu-{case.world_size}"].exit_code)
-    try:
-        dist.init_process_group(init_method=case.init_method, backend=_torch_fsdp.DISTRIBUTED_BACKEND,
-                                world_size=int(case.world_size), rank=case.rank)
-    except RuntimeError as exc:
-        if "recompile" in exc.args[0]:
-            sys.exit(TEST_SKIPS["backend_unavailable"].exit_code)
-        raise
 
 
 def _bind_device(rank: int) -> list:
