@@ -132,3 +132,15 @@ def test_fresh_ranks_init_their_own_group_behind_torchs_barrier(setting):
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def test_a_suite_that_overrides_run_enters_each_rank_through_it(tmp_path):
+    # torch's TestDistBackend (distributed_test.py) overrides _run: its ranks make
+    # their own group and barrier around self.run_test, which reports the test.
+    proc = helpers.python("test_suite_entry.py", "-v", env={"ENTRY_DIR": str(tmp_path)})
+    assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1, "skipped": 2}, describe(proc)
+    tests = ("test_a_passes", "test_b_fails_on_one_rank", "test_c_skips_in_its_ranks", "test_d_skipped_by_the_entry")
+    assert sorted(os.listdir(tmp_path)) == [f"{test}.{rank}" for test in tests for rank in range(3)], describe(proc)
+    assert "test_a_passes (__main__.SuiteEntryTest.test_a_passes) ... ok" in proc.stderr, describe(proc)
+    assert "failed on rank 1 of 3" in proc.stderr, describe(proc)
+    assert "skipped 'Need at least 8 CUDA devices'" in proc.stderr, describe(proc)

@@ -1,0 +1,176 @@
+"""torch's distributed suite on torch's spawn runner and on continuous_test's engine: each test's verdict and time.
+
+Usage::
+
+    python benchmarks/torch_suite.py [--subset ci | --all | -k EXPR] [--engine both|torch|ours]
+                                     [--json PATH] [--record]
+
+How data flows::
+
+    test names ──► one pytest run per engine, one after the other:
+                   python -m pytest examples/test_torch_distributed_suite.py --junitxml
+                   (CT_SUITE_ENGINE=torch: torch's bases, spawned interpreters per test;
+                    CT_SUITE_ENGINE=ours: continuous_test's, through the migration)
+    JUnit XML  ──► verdict (passed, skipped, failed, error) and seconds per test
+               ──► one row per test (both verdicts, both times), the totals,
+                   JSON in benchmarks/results/ (default torch_suite.json)
+
+The suite is ``DistributedTest._DistTestBase`` from torch's wheel, at
+``BACKEND=gloo WORLD_SIZE=3`` unless the environment says otherwise, as torch's
+CPU CI runs it.  ``--subset ci`` is :data:`CI_SUBSET`, the tests CI runs on this
+engine against torch's verdicts; ``--record`` writes those verdicts (from the
+torch run of this invocation) to ``benchmarks/results/torch_suite_verdicts.json``,
+which ``test/test_torch_suite.py`` reads.  Wall time is each pytest process's, from
+its start to its end; per-test seconds are pytest's own (setUp to tearDown).
+
+A benchmark, not a test: the exit status is 0 unless a run produced no report.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE = ROOT / "examples" / "test_torch_distributed_suite.py"
+CLASS = "TestDistBackendWithSpawn"
+RESULTS = Path(__file__).resolve().parent / "results"
+DEFAULT_JSON = RESULTS / "torch_suite.json"
+VERDICTS = RESULTS / "torch_suite_verdicts.json"
+TIMEOUT = 6 * 3600  # a guard against hangs of a whole run
+
+# About forty tests that cover what the suite exercises on gloo: collectives with
+# and without groups, point-to-point and batched isend/irecv, object collectives,
+# DDP, SyncBatchNorm, monitored barrier, join, and tests that skip in their ranks.
+CI_SUBSET = [
+    "test_all_reduce_sum", "test_all_reduce_max", "test_all_reduce_sum_async", "test_all_reduce_group_sum",
+    "test_all_reduce_full_group_sum", "test_all_reduce_coalesced_sum", "test_broadcast", "test_broadcast_group",
+    "test_reduce_sum", "test_reduce_group_max", "test_all_gather", "test_all_gather_group",
+    "test_all_gather_object_default_pg", "test_gather_object", "test_scatter", "test_scatter_object_list",
+    "test_send_recv", "test_send_recv_any_source", "test_isend", "test_irecv", "test_batch_isend_irecv_gloo",
+    "test_batch_isend_irecv_gloo_tags", "test_send_recv_with_tag", "test_barrier", "test_barrier_group",
+    "test_monitored_barrier_gloo", "test_new_subgroups", "test_get_backend", "test_get_rank_size_group",
+    "test_batch_isend_irecv_op_err", "test_broadcast_object_list", "test_DistributedDataParallel_requires_grad",
+    "test_ddp_join_model_equivalence", "test_SyncBatchNorm_process_group", "test_ddp_logging_data_cpu",
+    "test_all_to_all_single_equal_split", "test_gather_checks", "test_dump_DDP_relevant_env_vars",
+    "test_ddp_grad_div_uneven_inputs", "test_destroy_group",
+]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--subset", choices=["ci"], help="the CI subset of about 40 tests")
+    which.add_argument("--all", action="store_true", help="every test of the suite (torch's run takes hours)")
+    which.add_argument("-k", dest="expr", help="a pytest -k expression over the test names")
+    parser.add_argument("--engine", choices=["both", "torch", "ours"], default="both")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--record", action="store_true", help="write torch's verdicts for CI (needs the torch run)")
+    args = parser.parse_args(argv)
+    if not (args.subset or args.all or args.expr):
+        args.subset = "ci"
+    names = CI_SUBSET if args.subset else None
+    engines = ["torch", "ours"] if args.engine == "both" else [args.engine]
+    runs = {engine: run_engine(engine, names, args.expr) for engine in engines}
+    report(runs)
+    payload = {"backend": _env()["BACKEND"], "world_size": int(_env()["WORLD_SIZE"]), "cpus": os.cpu_count(),
+               "selection": args.subset or ("all" if args.all else f"-k {args.expr}"),
+               "runs": {engine: run.as_json() for engine, run in runs.items()}}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    print(f"raw results: {args.json}")
+    if args.record:
+        if "torch" not in runs:
+            parser.error("--record needs the torch run (--engine both or torch)")
+        recorded = {name: verdict for name, (verdict, _) in sorted(runs["torch"].tests.items())}
+        VERDICTS.write_text(json.dumps({"backend": payload["backend"], "world_size": payload["world_size"],
+                                        "torch_verdicts": recorded}, indent=1, sort_keys=True) + "\n")
+        print(f"torch's verdicts recorded: {VERDICTS}")
+    return 0 if all(run.tests for run in runs.values()) else 1
+
+
+def _env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("BACKEND", "gloo")
+    env.setdefault("WORLD_SIZE", "3")
+    return env
+
+
+class Run:
+    """One engine's pytest run: per test (verdict, seconds), and the run's wall time."""
+
+    def __init__(self, engine: str, tests: Dict[str, Tuple[str, float]], wall: float, returncode: int) -> None:
+        self.engine, self.tests, self.wall, self.returncode = engine, tests, wall, returncode
+
+    def as_json(self) -> dict:
+        return {"wall_s": round(self.wall, 2), "returncode": self.returncode,
+                "tests": {name: {"verdict": v, "seconds": round(s, 3)} for name, (v, s) in sorted(self.tests.items())}}
+
+
+def run_engine(engine: str, names: Optional[List[str]], expr: Optional[str]) -> Run:
+    """Run the selected tests of the suite on one engine, under pytest, and read its JUnit report."""
+    with tempfile.TemporaryDirectory(prefix="torch-suite-") as tmp:
+        report_file = os.path.join(tmp, "junit.xml")
+        targets = [f"{SUITE}::{CLASS}::{name}" for name in names] if names else [str(SUITE)]
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN",
+                   f"--junitxml={report_file}", *targets, *(["-k", expr] if expr else [])]
+        env = {**_env(), "CT_SUITE_ENGINE": engine, "TEMP_DIR": tmp}
+        start = time.perf_counter()
+        proc = subprocess.run(command, cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT)
+        wall = time.perf_counter() - start
+        print(f"--- {engine}: exit {proc.returncode} in {wall:.1f} s; last lines of its output:")
+        print("\n".join(proc.stdout.strip().splitlines()[-5:]))
+        tests = read_junit(report_file) if os.path.exists(report_file) else {}
+    return Run(engine, tests, wall, proc.returncode)
+
+
+def read_junit(path: str) -> Dict[str, Tuple[str, float]]:
+    """Test name -> (verdict, seconds) from a JUnit XML report."""
+    tests: Dict[str, Tuple[str, float]] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        verdict = "passed"
+        for child, name in (("skipped", "skipped"), ("failure", "failed"), ("error", "error")):
+            if case.find(child) is not None:
+                verdict = name
+        tests[case.get("name", "?")] = (verdict, float(case.get("time", "0")))
+    return tests
+
+
+def report(runs: Dict[str, Run]) -> None:
+    """One row per test (each engine's verdict and seconds), the differences, and the totals."""
+    engines = list(runs)
+    names = sorted(set().union(*(run.tests for run in runs.values())))
+    header = f"{'test':60}" + "".join(f" {engine + ' verdict':>15} {engine + ' s':>9}" for engine in engines)
+    print(header)
+    differ = []
+    for name in names:
+        cells = [runs[e].tests.get(name, ("missing", 0.0)) for e in engines]
+        print(f"{name[:60]:60}" + "".join(f" {v:>15} {s:9.2f}" for v, s in cells))
+        if len({v for v, _ in cells}) > 1:
+            differ.append(name)
+    print()
+    for engine in engines:
+        run = runs[engine]
+        counts: Dict[str, int] = {}
+        for verdict, _ in run.tests.values():
+            counts[verdict] = counts.get(verdict, 0) + 1
+        summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+        print(f"{engine}: {len(run.tests)} tests ({summary}) in {run.wall:.1f} s wall "
+              f"({sum(s for _, s in run.tests.values()):.1f} s in tests)")
+    if len(engines) == 2:
+        torch_run, ours = runs["torch"], runs["ours"]
+        print(f"verdicts that differ: {len(differ)}" + (f" ({', '.join(differ)})" if differ else ""))
+        if ours.wall > 0:
+            print(f"wall time: ours is 1/{torch_run.wall / ours.wall:.1f} of torch's")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
