@@ -41,7 +41,7 @@ def run_single(spec: RankSpec, send: Callable[[object], None]) -> int:
     from continuous_test.rank import run as rank_run
 
     try:
-        cls = rank_run.import_test_class(spec.module, spec.qualname, spec.module_file)
+        cls = rank_run.import_test_class(spec.module, spec.qualname, spec.module_file, spec.method)
         rank_run.set_world_size(cls, spec.world_size)
     except BaseException as exc:  # noqa: B902 - reported as this rank's error
         event = Event(EventKind.ERROR, errors=(ErrorRecord.from_exception(exc),))

@@ -102,8 +102,14 @@ def run_cleanup() -> None:
     leaks.end_children_outside_group()
 
 
-def import_test_class(module: str, qualname: str, module_file: Optional[str]) -> type:
-    """The class ``qualname`` of ``module``, imported (or loaded from ``module_file``)."""
+def import_test_class(module: str, qualname: str, module_file: Optional[str], method: Optional[str] = None) -> type:
+    """The class ``qualname`` of ``module``, imported (or loaded from ``module_file``), with test ``method``.
+
+    A module's ``load_tests`` may make tests (methods, classes) when unittest
+    loads it, as the controller's runner did; a rank only imported the module.
+    So when the class or the method is missing, the module is loaded as unittest
+    loads it, once, and the name looked up again.
+    """
     mod = sys.modules.get(module)
     if mod is None:
         try:
@@ -112,10 +118,36 @@ def import_test_class(module: str, qualname: str, module_file: Optional[str]) ->
             if not module_file:
                 raise
             mod = _load_from_file(module, module_file)
+    try:
+        cls = _resolve(mod, qualname)
+        if method is None or hasattr(cls, method):
+            return cls
+    except AttributeError:
+        if not _load_tests(mod):
+            raise
+        return _resolve(mod, qualname)
+    _load_tests(mod)
+    return _resolve(mod, qualname)
+
+
+def _resolve(mod: Any, qualname: str) -> Any:
     obj: Any = mod
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+# Modules whose load_tests this rank ran.
+_loaded_tests: set = set()
+
+
+def _load_tests(mod: Any) -> bool:
+    """Run ``mod``'s ``load_tests`` as unittest's loader would, once; False when it has none."""
+    if not callable(getattr(mod, "load_tests", None)) or mod.__name__ in _loaded_tests:
+        return False
+    _loaded_tests.add(mod.__name__)
+    unittest.defaultTestLoader.loadTestsFromModule(mod)
+    return True
 
 
 def _load_from_file(module: str, path: str):
@@ -163,6 +195,8 @@ def default_group_changed() -> bool:
 
 def run_one(cls: type, message: RunTest, spec: RankSpec) -> RankOutcome:
     """Run the test ``message`` names, of a shared world, on this rank."""
+    if not hasattr(cls, message.method):  # a test its module's load_tests makes
+        cls = import_test_class(cls.__module__, cls.__qualname__, None, message.method)
     case = cls(message.method)
     case.rank = spec.rank
     if message.kwargs is not None:

@@ -1,0 +1,33 @@
+"""The same file gives the same verdicts under every runner: ``python file.py``, ``python -m unittest``, pytest."""
+from __future__ import annotations
+
+import sys
+
+import helpers
+import pytest
+from helpers import describe, pytest_counts, unittest_counts
+
+RUNNERS = {
+    "python": lambda scenario, env=None: helpers.python(scenario, env=env),
+    "unittest": lambda scenario, env=None: helpers.run([sys.executable, "-m", "unittest", scenario[:-3]], env=env),
+    "pytest": lambda scenario, env=None: helpers.pytest(scenario, env=env),
+}
+
+
+def passed(runner: str, proc) -> int:
+    """How many tests passed, by the runner's own summary (no failures, errors or skips allowed)."""
+    if runner == "pytest":
+        counts = pytest_counts(proc.stdout)
+        assert set(counts) == {"passed"}, describe(proc)
+        return counts["passed"]
+    counts = unittest_counts(proc.stderr)
+    assert set(counts) == {"ran"} and "\nOK" in proc.stderr, describe(proc)
+    return counts["ran"]
+
+
+@pytest.mark.parametrize("runner", ["python", "unittest"])
+def test_tests_made_by_load_tests_run_in_ranks(runner):
+    # pytest does not run the load_tests protocol; unittest's runners do, in the
+    # controller: a rank must make the same tests before it looks one up.
+    proc = RUNNERS[runner]("test_load_tests.py")
+    assert passed(runner, proc) == 4, describe(proc)
