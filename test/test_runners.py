@@ -31,3 +31,12 @@ def test_tests_made_by_load_tests_run_in_ranks(runner):
     # controller: a rank must make the same tests before it looks one up.
     proc = RUNNERS[runner]("test_load_tests.py")
     assert passed(runner, proc) == 4, describe(proc)
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_threads_a_test_file_starts_at_import_work_in_ranks(runner):
+    # The file's import leaves the controller with more threads than one, so ranks
+    # come from a fresh-interpreter template: it must not import the file for them
+    # (its threads would stay in the template); each rank imports it after its fork.
+    proc = RUNNERS[runner]("test_import_threads.py")
+    assert passed(runner, proc) == 2, describe(proc)

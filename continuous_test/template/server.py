@@ -113,8 +113,12 @@ def preload_modules(with_main: bool = True) -> List[str]:
         modules.append("continuous_test.template.preload_migration")
     main = sys.modules.get("__main__")
     main_file = getattr(main, "__file__", None)
-    if with_main and main_file and getattr(main, "__spec__", None) is None:
-        # A test file run as a script: the template imports it too.
+    # A test file run as a script: the template imports it too, unless importing it
+    # started threads (the controller then runs more than one): a thread the
+    # import starts (an executor it used, a logging QueueListener) would exist in
+    # the template only, and ranks forked from it would have the objects without
+    # their threads.  Each rank then imports the file itself, after its fork.
+    if with_main and main_file and getattr(main, "__spec__", None) is None and threading.active_count() == 1:
         os.environ[ENV_PRELOAD_MAIN] = os.path.abspath(main_file)
         modules.append("continuous_test.template.preload_main")
     return modules
