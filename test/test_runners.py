@@ -40,3 +40,10 @@ def test_threads_a_test_file_starts_at_import_work_in_ranks(runner):
     # (its threads would stay in the template); each rank imports it after its fork.
     proc = RUNNERS[runner]("test_import_threads.py")
     assert passed(runner, proc) == 2, describe(proc)
+
+
+def test_a_conftests_process_wide_setup_reaches_ranks_whatever_the_template():
+    # Its watchdog thread keeps the controller from being forked as the template;
+    # the fresh-interpreter template never ran the conftest's set_default_dtype.
+    proc = helpers.pytest("conftest_thread/test_conftest_setup.py")
+    assert passed("pytest", proc) == 3, describe(proc)

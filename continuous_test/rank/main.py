@@ -285,6 +285,27 @@ def _apply_env(spec: RankSpec) -> None:
         lo = loopback_interface()
         if lo:
             os.environ["GLOO_SOCKET_IFNAME"] = lo
+    _apply_torch_settings(spec.torch_settings)
+
+
+def _apply_torch_settings(settings: dict) -> None:
+    """torch's process-wide settings as the controller had them before any test (whatever the template)."""
+    import torch
+
+    if not settings:
+        return
+    dtype = getattr(torch, settings["default_dtype"], None)
+    if isinstance(dtype, torch.dtype) and dtype != torch.get_default_dtype():
+        torch.set_default_dtype(dtype)
+    if settings["default_device"] is not None:
+        torch.set_default_device(settings["default_device"])
+    torch.set_grad_enabled(settings["grad_enabled"])
+    enabled, warn_only = settings["deterministic"]
+    if (enabled, warn_only) != (torch.are_deterministic_algorithms_enabled(),
+                                torch.is_deterministic_algorithms_warn_only_enabled()):
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    if settings["float32_matmul_precision"] != torch.get_float32_matmul_precision():
+        torch.set_float32_matmul_precision(settings["float32_matmul_precision"])
 
 
 def _join_world(cls: Any, spec: RankSpec, rendezvous_file: str) -> None:

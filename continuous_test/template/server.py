@@ -56,6 +56,7 @@ __all__ = [
     "start_method",
     "fork_hazard",
     "template_kind",
+    "process_settings",
     "private_dir",
     "parent_pid",
     "died",
@@ -160,10 +161,44 @@ def prepare() -> None:
         pass
 
 
+def process_settings() -> dict:
+    """torch's process-wide settings when the template was made (the tests imported, none run), for every rank.
+
+    A template forked from the controller has them already; a fresh-interpreter
+    one (chosen when, say, a conftest started a thread) never ran the
+    controller's setup, such as a conftest's ``torch.set_default_dtype``.  Each
+    rank applies these at start (:func:`continuous_test.rank.main`), so either
+    template gives its ranks the same process.  Read once, when the template is made.
+    """
+    global _settings
+    if _settings is None:
+        _settings = _read_torch_settings()
+    return _settings
+
+
+_settings: Optional[dict] = None
+
+
+def _read_torch_settings() -> dict:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    device_context = getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
+    return {
+        "default_dtype": str(torch.get_default_dtype()).replace("torch.", ""),
+        "default_device": None if device_context is None else str(device_context.device),
+        "grad_enabled": torch.is_grad_enabled(),
+        "deterministic": (torch.are_deterministic_algorithms_enabled(),
+                          torch.is_deterministic_algorithms_warn_only_enabled()),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
 def get_context(wait: bool = True) -> BaseContext:
     """The multiprocessing context of ranks; under ``fork`` it forks the template once (``wait``: awaits its probe)."""
     global _context, _context_method
     method = start_method()
+    process_settings()  # as the template gets them: now, before any test ran
     if _context is None or _context_method != method:
         ctx = multiprocessing.get_context("spawn" if method == "spawn" else "forkserver")
         if method != "spawn":

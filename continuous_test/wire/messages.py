@@ -84,6 +84,9 @@ class RankSpec:
     parent_pid: int = 0
     # The class's settings, resolved once by the controller.
     settings: Optional[ClassSettings] = None
+    # torch's process-wide settings as the controller had them when the tests were
+    # imported and none had run (template.server.process_settings): name -> value.
+    torch_settings: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
