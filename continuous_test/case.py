@@ -294,3 +294,31 @@ class MultiProcContinuousTest(TestCase):
 # ``python -m unittest`` loads tests with unittest's default loader: shuffle it
 # too when CONTINUOUS_TEST_SHUFFLE is set (``run_tests()`` uses a loader of its own).
 shuffle.install_default()
+
+
+def _template_before_unittest_runs() -> None:
+    """Under ``python -m unittest``, make the rank template once the tests are loaded and before any runs.
+
+    ``run_tests()`` and the pytest plugin do so themselves.  unittest's own main
+    would otherwise leave it to the first world start, after the plain tests and
+    class setups that ran before: its ranks would see what they changed in this
+    process, which the other runners' ranks do not.  Wraps ``TestProgram.runTests``
+    (the runner's, not the code under test's), once.
+    """
+    program = unittest.main  # unittest.TestProgram
+    original = program.runTests
+    if getattr(original, "_ct_prepares_template", False):
+        return
+
+    def runTests(self: Any) -> Any:  # noqa: N802 - unittest's name
+        if _role.current_role() is ProcessRole.CONTROLLER:
+            from continuous_test.template import server
+
+            server.prepare()
+        return original(self)
+
+    runTests._ct_prepares_template = True  # type: ignore[attr-defined]
+    program.runTests = runTests  # type: ignore[method-assign]
+
+
+_template_before_unittest_runs()

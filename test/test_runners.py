@@ -47,3 +47,11 @@ def test_a_conftests_process_wide_setup_reaches_ranks_whatever_the_template():
     # the fresh-interpreter template never ran the conftest's set_default_dtype.
     proc = helpers.pytest("conftest_thread/test_conftest_setup.py")
     assert passed("pytest", proc) == 3, describe(proc)
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_ranks_never_see_what_tests_before_their_world_changed_in_the_controller(runner):
+    # python -m unittest used to make the template at the first world start, after
+    # the plain test before it had changed the module's state.
+    proc = RUNNERS[runner]("test_late_state.py")
+    assert passed(runner, proc) == 2, describe(proc)
