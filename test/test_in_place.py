@@ -4,6 +4,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 
 import helpers
 import pytest
@@ -163,3 +164,19 @@ def test_a_leak_under_a_launcher_is_reported_once_as_it_is_there():
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def test_torchrun_a_skip_on_one_rank_is_an_inconsistent_skip_within_the_grace_period():
+    # The skipping rank still takes part in the exchange; a peer stuck in a collective
+    # for it gives up after the grace period, not at the time limit.
+    start = time.monotonic()
+    proc = helpers.torchrun(FAULTS, 2, "-v", "SkipsOnOneRank", env={"CONTINUOUS_TEST_TIMEOUT": "120"})
+    elapsed = time.monotonic() - start
+    both = proc.stdout + proc.stderr
+    assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 2, "skipped": 1}, describe(proc)
+    assert "test_b_healthy (__main__.SkipsOnOneRank.test_b_healthy) ... ok" in proc.stderr, describe(proc)
+    for test in ("test_a_no_collective", "test_c_waits_for_the_skipper"):
+        assert (f"InconsistentSkipError: SkipsOnOneRank.{test} was skipped on rank 0 but ran on rank 1"
+                in proc.stderr), describe(proc)
+    assert "never reported" not in both, describe(proc)
+    assert elapsed < 60, f"{elapsed:.0f} s: the peer waited for its time limit, not the 2 s grace period"

@@ -50,7 +50,7 @@ from continuous_test.rank import recorder, run as rank_run
 from continuous_test.verdict import replay, timeline
 from continuous_test.verdict.merge import Status, Verdict, merge
 from continuous_test.wire import records
-from continuous_test.wire.outcome import FaultKind, RankFault, RankOutcome
+from continuous_test.wire.outcome import Event, EventKind, FaultKind, RankFault, RankOutcome
 
 __all__ = [
     "run_in_place",
@@ -80,7 +80,53 @@ EXCHANGE_MARGIN = 60.0
 
 def run_in_place(case: unittest.TestCase, result, launch: Launch):
     """Run ``case`` on this rank and record the verdict merged across all ranks."""
+    if _decorated_skip(case):
+        return _skip_in_place(case, result, launch)
     return replay.run_with(case, result, lambda: run_case_in_place(case, launch, replay.short_id(case)))
+
+
+def _skip_in_place(case: unittest.TestCase, result, launch: Launch):
+    """A test a decorator skips on this rank: it still takes part in the exchange.
+
+    The decorator may read something that differs between ranks (``RANK``): peers
+    that ran the test then learn of the skip at once, and the verdict is an
+    inconsistent skip, not a rank that never reported.
+    """
+    test = replay.short_id(case)
+    cls = type(case)
+    joined = _joined_for(case, launch) if _size_matches(cls, launch) else None
+    if joined is None or joined.broken:
+        return unittest.TestCase.run(case, result)  # unittest reports the skip
+    key = _test_key(joined, test)
+    reason = str(getattr(type(case), "__unittest_skip_why__", "") or
+                 getattr(getattr(case, case._testMethodName), "__unittest_skip_why__", ""))
+    outcome = RankOutcome(launch.rank, [Event(EventKind.SKIP, reason=reason)])
+    limit = config.test_time_limit(cls, getattr(case, case._testMethodName))
+    outcomes, faults = _exchange(joined, key, outcome, launch, limit)
+    verdict = merge(test, launch.world_size, outcomes, faults, grace=config.grace_period(cls), time_limit=limit,
+                    note=STOPPED_NOTE if faults else None, restartable=False)
+    _after_test(cls, joined, launch, test, verdict, faults)
+    if verdict.status is Status.SKIP:
+        return unittest.TestCase.run(case, result)
+    error = verdict.error or RuntimeError(f"{test}: {verdict.status}")
+    result.startTest(case)
+    try:
+        (result.addFailure if isinstance(error, AssertionError) else result.addError)(
+            case, (type(error), error, error.__traceback__))
+    finally:
+        result.stopTest(case)
+    return result
+
+
+def _size_matches(cls: type, launch: Launch) -> bool:
+    return config.resolve(cls, check_importable=False).world_size == launch.world_size
+
+
+def _joined_for(case: unittest.TestCase, launch: Launch) -> Joined:
+    """This launch's world (joined at its first test), counting one more test."""
+    joined = join(type(case), launch)
+    joined.seq += 1
+    return joined
 
 
 def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Verdict:
@@ -90,8 +136,7 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     if needed != launch.world_size:
         raise unittest.SkipTest(WORLD_SIZE_MISMATCH.format(cls=cls.__qualname__, needed=needed,
                                                            launched=launch.world_size, hint=launch.hint))
-    joined = join(cls, launch)
-    joined.seq += 1
+    joined = _joined_for(case, launch)
     if joined.broken:
         raise unittest.SkipTest(joined.broken)
     setattr(case, "rank", launch.rank)
@@ -106,7 +151,7 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     outcomes, faults = _exchange(joined, key, outcome, launch, limit)
     calls = timeline.lazy(lambda: timeline.build({r: records.parse(getattr(outcomes.get(r), "records", None) or b"")
                                                   if r in outcomes else None for r in range(launch.world_size)}))
-    verdict = merge(test, launch.world_size, outcomes, faults, time_limit=limit,
+    verdict = merge(test, launch.world_size, outcomes, faults, grace=config.grace_period(cls), time_limit=limit,
                     note=STOPPED_NOTE if faults else None, timeline=calls, restartable=False)
     _after_test(cls, joined, launch, test, verdict, faults)
     return verdict
@@ -122,6 +167,8 @@ def _after_test(cls, joined: Joined, launch: Launch, test: str, verdict: Verdict
 
 
 def _fault_words(fault: RankFault) -> str:
+    if fault.kind is FaultKind.STUCK:
+        return "was stuck in it after a peer skipped it"
     return "timed out" if fault.kind is FaultKind.TIMED_OUT else "never reported"
 
 

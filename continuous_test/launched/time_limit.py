@@ -5,6 +5,12 @@ stacks of all its threads, prints the errors its peers published and the
 collective timeline, publishes that it timed out (so its peers stop waiting and
 report it), then exits with :data:`EXIT_TIME_LIMIT`, so the launcher ends the job.
 A faulthandler backstop ends a rank whose main thread holds the GIL for good.
+
+The same watch ends a rank that is still in the test the grace period after a
+peer published that it skipped it (a skip decorator that reads ``RANK``): the
+rank is then most likely waiting in a collective for the skipper.  It prints the
+inconsistent skip and its stacks, publishes that it was stuck, and exits, so the
+verdict comes within the grace period, not at the time limit.
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from continuous_test.launched.detect import Launch
 from continuous_test.launched.join import STORE_PREFIX
@@ -23,7 +29,7 @@ from continuous_test.rank import recorder
 from continuous_test.rank.run import format_stacks
 from continuous_test.verdict import timeline
 from continuous_test.wire import records
-from continuous_test.wire.outcome import FaultKind, RankFault, RankOutcome
+from continuous_test.wire.outcome import EventKind, FaultKind, RankFault, RankOutcome
 
 
 TIME_LIMIT_EXCEEDED = (
@@ -32,6 +38,14 @@ TIME_LIMIT_EXCEEDED = (
 )
 PEER_ERROR = "continuous_test: rank {rank} had already failed {test} (rank {me} timed out):\n{error}"
 PEER_MISSING = "continuous_test: rank {rank} had not finished {test} either"
+STUCK_AFTER_SKIP = (
+    "continuous_test: {test} was skipped on rank {skipper} ({reason}) but ran on rank {rank}, which had not "
+    "finished it {grace:g} s later: a test must skip on every rank or on none, because peers may be blocked in a "
+    "collective; decide the skip from facts that are the same on all ranks.  Stacks follow, then this rank exits "
+    "with code {code}"
+)
+# How often a running test's watch looks for a peer that skipped it.
+PEER_POLL = 0.1
 EXIT_TIME_LIMIT = 75
 
 
@@ -46,18 +60,70 @@ class TimeLimit:
     def __init__(self, launch: Launch, key: str, test: str, limit: float, grace: float, report_wait: float) -> None:
         self.launch, self.key, self.test, self.limit = launch, key, test, limit
         self.grace, self.report_wait = grace, report_wait
-        self.timer = threading.Timer(limit, self._expired)
-        self.timer.daemon = True
+        self.done = threading.Event()
+        self.watcher = threading.Thread(target=self._watch, name="continuous_test-time-limit", daemon=True)
 
     def __enter__(self) -> "TimeLimit":
-        self.timer.start()
+        self.watcher.start()
         # Backstop for a main thread that holds the GIL forever.
         faulthandler.dump_traceback_later(self.limit + self.grace + self.report_wait + BACKSTOP_MARGIN, exit=True)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.timer.cancel()
+        self.done.set()
         faulthandler.cancel_dump_traceback_later()
+
+    def _watch(self) -> None:
+        """Until the test ends: the time limit, and a peer that skipped the test while this rank runs it."""
+        start = time.monotonic()
+        stuck_after: Optional[float] = None
+        skipper: Optional[Tuple[int, str]] = None
+        seen: set = set()
+        while not self.done.wait(PEER_POLL):
+            now = time.monotonic()
+            if now - start >= self.limit:
+                self._expired()
+            if skipper is None:
+                skipper = self._peer_that_skipped(seen)
+                if skipper is not None:
+                    stuck_after = now + self.grace
+            elif stuck_after is not None and now >= stuck_after:
+                self._stuck_after_skip(*skipper)
+
+    def _peer_that_skipped(self, seen: set) -> Optional[Tuple[int, str]]:
+        """(rank, reason) of a peer that published a skip of this test; None if none did (yet)."""
+        try:
+            store = _watch_store(self.launch, self.key)
+            for rank in range(self.launch.world_size):
+                if rank == self.launch.rank or rank in seen or not store.check([str(rank)]):
+                    continue
+                seen.add(rank)
+                value = pickle.loads(store.get(str(rank)))
+                if isinstance(value, RankOutcome) and value.events and all(
+                        event.kind is EventKind.SKIP for event in value.events):
+                    return rank, value.events[0].reason or ""
+        except Exception:  # no store to ask: the time limit still holds
+            return None
+        return None
+
+    def _stuck_after_skip(self, skipper: int, reason: str) -> None:
+        rank = self.launch.rank
+        print(STUCK_AFTER_SKIP.format(test=self.test, skipper=skipper, rank=rank, grace=self.grace, reason=reason,
+                                      code=EXIT_TIME_LIMIT), file=sys.stderr, flush=True)
+        stacks = format_stacks()
+        print(stacks, file=sys.stderr, flush=True)
+        try:
+            run = self._own_client()
+            store = _prefix(self.key, run)
+            store.set(str(rank), pickle.dumps(RankFault(rank, FaultKind.STUCK, stacks=stacks)))
+            if rank != 0:
+                run.set_timeout(timedelta(seconds=self.report_wait))
+                run.wait(["reported"])
+        except Exception as exc:  # best effort: exiting is what matters now
+            print(f"continuous_test: rank {rank}: {exc}", file=sys.stderr, flush=True)
+        finally:
+            sys.stderr.flush()
+            os._exit(EXIT_TIME_LIMIT)
 
     def _expired(self) -> None:
         rank = self.launch.rank
@@ -138,3 +204,25 @@ def _print_peer_errors(store, launch: Launch, test: str, grace: float) -> None:
         if isinstance(value, RankOutcome) and value.has_failure():
             error = "\n".join(rec.traceback.rstrip() for event in value.events for rec in event.errors)
             print(PEER_ERROR.format(rank=rank, test=test, me=launch.rank, error=error), file=sys.stderr, flush=True)
+
+
+def _prefix(key: str, store: Any) -> Any:
+    import torch.distributed as dist
+
+    return dist.PrefixStore(key, store)
+
+
+# The watch threads' own store connection, made once per launch (they run one at a time).
+_watch_client: Optional[Tuple[str, Any]] = None
+
+
+def _watch_store(launch: Launch, key: str) -> Any:
+    """A store connection of the watch thread's own (the main thread may be using the process's), under ``key``."""
+    import torch.distributed as dist
+
+    global _watch_client
+    if _watch_client is None or _watch_client[0] != launch.run_id:
+        assert launch.master_addr is not None and launch.master_port is not None, "a launch without MASTER_ADDR/PORT"
+        raw = dist.TCPStore(launch.master_addr, launch.master_port, None, False, timedelta(seconds=5))
+        _watch_client = (launch.run_id, dist.PrefixStore(f"{STORE_PREFIX}/{launch.run_id}", raw))
+    return dist.PrefixStore(key, _watch_client[1])

@@ -4,11 +4,16 @@
   healthy tests must still pass.  With ``CONTINUOUS_TEST_TIMEOUT`` below the
   process-group timeout, rank 0 times out instead and must print rank 1's error.
 * ``StuckRank``: rank 1 outlives its time limit; rank 0 reports it and skips the rest.
+* ``SkipsOnOneRank``: a skip decorator that reads ``RANK`` skips ``test_a`` and
+  ``test_c`` on rank 0 only.  ``test_a`` has no collective, and the world goes on;
+  in ``test_c`` rank 1 waits in a collective for rank 0, and the world cannot go
+  on.  Both are inconsistent skips, reported within the grace period.
 * ``FreshOnce``: a ``MultiProcessTestCase`` must run once per launch, not once per
   launcher rank; each run appends a line to ``SCENARIO_COUNT_FILE``.
 """
 import os
 import time
+import unittest
 from datetime import timedelta
 
 import torch
@@ -51,6 +56,25 @@ class StuckRank(MultiProcContinuousTest):
             time.sleep(60)
 
     def test_b_healthy(self):
+        self.assertEqual(all_reduce_ones(), 2.0)
+
+
+class SkipsOnOneRank(MultiProcContinuousTest):
+    world_size = 2
+    grace_period = 2.0
+
+    @unittest.skipIf(os.environ.get("RANK") == "0", "not on rank 0")
+    def test_a_no_collective(self):
+        pass
+
+    def test_b_healthy(self):
+        self.assertEqual(all_reduce_ones(), 2.0)
+
+    @unittest.skipIf(os.environ.get("RANK") == "0", "not on rank 0")
+    def test_c_waits_for_the_skipper(self):
+        all_reduce_ones()
+
+    def test_d_after(self):
         self.assertEqual(all_reduce_ones(), 2.0)
 
 
