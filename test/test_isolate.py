@@ -18,7 +18,7 @@ def run_order(*args: str, **env: str):
 
 
 def test_failures_are_told_apart_and_still_fail():
-    proc = run_order()
+    proc = run_order(*[arg for letter in "abcdefg" for arg in ("-k", f"test_{letter}")])
     # Verdicts stay honest: the three failures are still failures.
     assert unittest_counts(proc.stderr) == {"ran": 7, "failures": 3}, describe(proc)
     others = bisect.OTHERS.format(n=3)
@@ -32,6 +32,14 @@ def test_a_failure_that_does_not_come_back_after_the_same_tests_is_flaky():
     proc = run_order("-k", "test_b", "-k", "test_c", "-k", "test_f")
     assert unittest_counts(proc.stderr) == {"ran": 3, "failures": 1}, describe(proc)
     assert bisect.FLAKY.format(test="test_f_first_run", n=2) in proc.stderr, describe(proc)
+
+
+def test_a_failure_that_needs_two_earlier_tests_names_both():
+    proc = run_order("-k", "test_h")
+    assert unittest_counts(proc.stderr) == {"ran": 5, "failures": 1}, describe(proc)
+    others = bisect.OTHERS.format(n=2)
+    assert bisect.ORDER_DEPENDENT.format(test="test_h5_needs_one_unset", culprits="test_h1_sets_x, test_h3_sets_y",
+                                         others=others) in proc.stderr, describe(proc)
 
 
 def test_off_and_budget():
@@ -123,8 +131,47 @@ def test_bisect_finds_one_culprit_wherever_it_stands(position):
     # entry of either half shows only when it stands elsewhere.
     history = _plans([f"test_{i}" for i in range(7)])
     culprit = history[position].method
-    found = bisect._bisect(_FakeReplayer([culprit]), list(history), _plans(["test_victim"])[0])
+    found = bisect._minimize(_FakeReplayer([culprit]), list(history), _plans(["test_victim"])[0])
     assert [ran.method for ran in found] == [culprit]
+
+
+@pytest.mark.parametrize("pair", [(0, 8), (3, 4), (1, 6), (7, 8)])
+def test_bisect_finds_both_polluters_when_the_failure_needs_two(pair):
+    # Halving alone gave up here and named all nine predecessors.
+    history = _plans([f"test_{i}" for i in range(9)])
+    culprits = [history[i].method for i in pair]
+    replayer = _FakeReplayer(culprits)
+    found = bisect._minimize(replayer, list(history), _plans(["test_victim"])[0])
+    assert [ran.method for ran in found] == culprits
+    assert len(replayer.runs) <= 30, replayer.runs  # delta debugging, not every subset
+
+
+class _FlakyReplayer:
+    """A test that fails on every other replay, whatever ran before it."""
+
+    def __init__(self, answers):
+        self.answers, self.runs, self.found = list(answers), [], ""
+
+    def fails(self, sequence):
+        self.runs.append([ran.method for ran in sequence])
+        return self.answers.pop(0)
+
+
+def test_a_culprit_is_blamed_only_when_every_replay_agrees():
+    history = _plans(["test_a", "test_b"])
+    victim = _plans(["test_victim"])[0]
+    # alone: passes; after both: fails; minimizing: fails after test_a; confirming: passes after test_a.
+    replayer = _FlakyReplayer([False, True, True, False, False])
+    note = bisect._judge(replayer, list(history), victim)
+    assert note == bisect.FLAKY_DISAGREE.format(test="test_victim", culprits="test_a", after=1, after_runs=2,
+                                                alone=0, alone_runs=2), note
+    # Every replay agrees: blamed, after CONFIRMATIONS more replays of each kind.
+    replayer = _FakeReplayer(["test_a"])
+    note = bisect._judge(replayer, list(history), victim)
+    assert note == bisect.ORDER_DEPENDENT.format(test="test_victim", culprits="test_a",
+                                                 others=bisect.OTHERS.format(n=1))
+    assert replayer.runs.count(["test_a", "test_victim"]) == 1 + bisect.CONFIRMATIONS
+    assert replayer.runs.count(["test_victim"]) == 1 + bisect.CONFIRMATIONS
 
 
 def test_each_replay_runs_in_a_world_of_its_own(monkeypatch):

@@ -8,7 +8,10 @@ How data flows (controller side only)::
                                      ▼
         fresh World(cls, n) ─ run [test] ─────────────► fails: "fails alone as well"
                             ─ run history + [test] ───► passes: "flaky"
-                            ─ bisect: halves + [test] ► "fails only after test_a;
+                            ─ delta debugging: subsets of the history + [test], down to
+                              the smallest set after which it still fails
+                            ─ repeat: that set + [test] and [test] alone, again ─► replays
+                              disagree: "flaky"; else "fails only after test_a, test_c;
                                                          passes alone and after the others"
                                      │
                                      ▼
@@ -44,6 +47,8 @@ __all__ = [
     "ORDER_DEPENDENT",
     "FLAKY",
     "FLAKY_FIRST",
+    "FLAKY_DISAGREE",
+    "CONFIRMATIONS",
     "STOPPED",
     "NOTE_HEADER",
     "NOT_RERUN",
@@ -60,6 +65,13 @@ FLAKY = (
     "{n} earlier test(s) in the same order; the failure could not be reproduced."
 )
 FLAKY_FIRST = "  {test} is flaky: it passed when rerun alone in a fresh world (no test ran before it in its world)."
+FLAKY_DISAGREE = (
+    "  {test} is flaky: replays disagree: after {culprits} it failed {after} of {after_runs} time(s), and "
+    "alone it failed {alone} of {alone_runs} time(s); no earlier test is blamed."
+)
+# Replays, beyond the first, of the culprits + the test and of the test alone, before
+# the culprits are blamed: every one must agree (fail after them, pass alone).
+CONFIRMATIONS = 2
 STOPPED = "  rerun/bisect stopped: {why}. {found}"
 BUDGET_SPENT = "its time budget is spent (CONTINUOUS_TEST_BISECT={budget:g} seconds per run)"
 PREDECESSOR_FAILED = "{test}, an earlier test, failed during the replay"
@@ -145,28 +157,68 @@ def _judge(replay: "_Replayer", history: List[TestPlan], failed: TestPlan) -> st
         return FLAKY_FIRST.format(test=test)
     if not replay.fails(history + [failed]):
         return FLAKY.format(test=test, n=len(history))
-    culprits = _bisect(replay, history, failed)
+    culprits = _minimize(replay, history, failed)
+    names = ", ".join(r.short() for r in culprits)
+    # Repeat before blaming: a flaky test can fail after innocent tests by chance.
+    after, alone = _confirm(replay, culprits, failed)
+    if after[0] < after[1] or alone[0] > 0:
+        return FLAKY_DISAGREE.format(test=test, culprits=names, after=after[0], after_runs=after[1],
+                                     alone=alone[0], alone_runs=alone[1])
     others = [r for r in history if r not in culprits]
     after_others = bool(others) and not replay.fails(others + [failed])
-    names = ", ".join(r.short() for r in culprits)
     return ORDER_DEPENDENT.format(test=test, culprits=names,
                                   others=OTHERS.format(n=len(others)) if after_others else "")
 
 
-def _bisect(replay: "_Replayer", candidates: List[TestPlan], failed: TestPlan) -> List[TestPlan]:
-    """The smallest set of earlier tests found after which ``failed`` still fails (halving)."""
-    while len(candidates) > 1:
-        half = len(candidates) // 2
-        first, second = candidates[:half], candidates[half:]
-        if replay.fails(first + [failed]):
-            candidates = first
-        elif replay.fails(second + [failed]):
-            candidates = second
+def _minimize(replay: "_Replayer", candidates: List[TestPlan], failed: TestPlan) -> List[TestPlan]:
+    """The smallest set of earlier tests after which ``failed`` still fails: delta debugging (Zeller's ddmin).
+
+    ``candidates`` is known to make it fail.  Split them into ``n`` parts; keep a
+    part, or else the rest without a part, that still makes it fail (the order
+    of the history is kept); else split finer, until no single test can go.
+    Two polluters that are both needed are both found; tests that are not needed
+    are dropped.
+    """
+    seen: dict = {}  # subsets already replayed (by position in the history): their answer
+
+    def fails(subset: List[TestPlan]) -> bool:
+        key = tuple(id(r) for r in subset)
+        if key not in seen:
+            seen[key] = replay.fails(subset + [failed])
+        return seen[key]
+
+    n = 2
+    while len(candidates) >= 2:
+        size = len(candidates)
+        chunks = [candidates[size * i // n:size * (i + 1) // n] for i in range(n)]
+        # (subset, the granularity to go on with if it still makes the test fail)
+        tries = [(chunk, 2) for chunk in chunks]
+        if n > 2:  # at n == 2 each complement is the other chunk
+            tries += [([r for r in candidates if r not in chunk], max(n - 1, 2)) for chunk in chunks]
+        for subset, next_n in tries:
+            if subset and fails(subset):
+                candidates, n = subset, next_n
+                names = ", ".join(r.short() for r in candidates)
+                replay.found = f"So far it fails after {names} (and passes alone)."
+                break
         else:
-            break  # it needs tests from both halves: report them all
-        names = ", ".join(r.short() for r in candidates)
-        replay.found = f"So far it fails after {names} (and passes alone)."
+            if n >= size:
+                break
+            n = min(size, 2 * n)
     return candidates
+
+
+def _confirm(replay: "_Replayer", culprits: List[TestPlan], failed: TestPlan):
+    """((failures, runs) after ``culprits``, (failures, runs) alone), counting the replays already made."""
+    after, alone = [1, 1], [0, 1]  # the minimization ended on a failure after them; the first rerun alone passed
+    for _ in range(CONFIRMATIONS):
+        after[0] += replay.fails(culprits + [failed])
+        after[1] += 1
+        alone[0] += replay.fails([failed])
+        alone[1] += 1
+        if after[0] < after[1] or alone[0]:
+            break  # they disagree already: no more replays needed to say so
+    return tuple(after), tuple(alone)
 
 
 class _Replayer:

@@ -4,7 +4,8 @@
 unset: the victim fails only after it.  ``test_f_first_run`` fails the first time
 it runs anywhere (a marker file in FLAKY_DIR remembers the run), so its rerun
 passes and the failure cannot be reproduced.  ``test_g_always`` fails wherever it
-runs.  Pick tests with ``-k``.
+runs.  ``test_h5_needs_one_unset`` fails only after both ``test_h1_sets_x`` and
+``test_h3_sets_y``.  Pick tests with ``-k``.
 """
 import os
 
@@ -12,7 +13,7 @@ import torch.distributed as dist
 
 from continuous_test import MultiProcContinuousTest, run_tests
 
-STATE = {"poisoned": False}
+STATE = {"poisoned": False, "x": False, "y": False}
 
 
 class OrderTest(MultiProcContinuousTest):
@@ -43,6 +44,21 @@ class OrderTest(MultiProcContinuousTest):
 
     def test_g_always(self):
         self.fail("fails wherever it runs")
+
+    def test_h1_sets_x(self):
+        STATE["x"] = True
+
+    def test_h2(self):
+        pass
+
+    def test_h3_sets_y(self):
+        STATE["y"] = True
+
+    def test_h4(self):
+        pass
+
+    def test_h5_needs_one_unset(self):
+        self.assertFalse(STATE["x"] and STATE["y"], "both set by earlier tests")
 
 
 if __name__ == "__main__":
