@@ -11,7 +11,7 @@ import pytest
 from helpers import describe, unittest_counts
 
 from continuous_test.launched.detect import LAUNCH_HINTS, Mode
-from continuous_test.launched.join import OTHER_RUN, PORT_IN_USE, WORLD_BROKEN
+from continuous_test.launched.join import OTHER_RUN, PORT_IN_USE, UNRESOLVABLE, WORLD_BROKEN
 from continuous_test.launched.run import WORLD_SIZE_MISMATCH
 
 FAULTS = "test_launched_faults.py"
@@ -180,3 +180,23 @@ def test_torchrun_a_skip_on_one_rank_is_an_inconsistent_skip_within_the_grace_pe
                 in proc.stderr), describe(proc)
     assert "never reported" not in both, describe(proc)
     assert elapsed < 60, f"{elapsed:.0f} s: the peer waited for its time limit, not the 2 s grace period"
+
+
+@pytest.mark.parametrize("source", ["nodelist", "MASTER_ADDR"])
+def test_srun_a_master_address_that_does_not_resolve_fails_at_once_naming_where_it_came_from(source):
+    # Seen on a cluster whose node names resolve only through Slurm's NodeAddr: TCPStore
+    # retried for minutes.  ".invalid" never resolves (RFC 2606); nor does the made-up node name.
+    env = {**slurm_env(0, 2, helpers.free_port()), "CONTINUOUS_TEST_START_TIMEOUT": "120"}
+    if source == "nodelist":
+        env["SLURM_STEP_NODELIST"] = "ct-no-such-node[01-02]"
+        where = "the first host of the Slurm node list 'ct-no-such-node[01-02]'"
+        host = "ct-no-such-node01"
+    else:
+        env["MASTER_ADDR"] = host = "rendezvous.invalid"
+        where = "MASTER_ADDR"
+    start = time.monotonic()
+    proc = helpers.python(FAULTS, HEALTHY_TEST, env=env)
+    assert time.monotonic() - start < 60, "it waited for the start timeout"
+    expected = UNRESOLVABLE.split("{error}")[0].format(addr=host, source=where)
+    assert expected in proc.stderr, describe(proc)
+    assert proc.returncode != 0, describe(proc)

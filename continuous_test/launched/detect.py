@@ -65,6 +65,8 @@ class Launch:
     master_port: Optional[int] = None
     # Scopes every store key of this launch (see the module docstring).
     run_id: str = ""
+    # Where master_addr came from, for messages: "MASTER_ADDR", or the Slurm node list.
+    master_addr_source: str = "MASTER_ADDR"
 
     @property
     def is_launcher(self) -> bool:
@@ -153,6 +155,7 @@ def _is_srun(env: Mapping[str, str]) -> bool:
 def _slurm_launch(env: Mapping[str, str]) -> Launch:
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     addr = env.get("MASTER_ADDR") or (first_host(nodelist) if nodelist else None)
+    source = "MASTER_ADDR" if env.get("MASTER_ADDR") else f"the first host of the Slurm node list {nodelist!r}"
     if not addr:
         raise RuntimeError(BAD_SLURM.format(what="no SLURM_STEP_NODELIST or MASTER_ADDR"))
     job = env.get("SLURM_JOB_ID", "0")
@@ -167,6 +170,7 @@ def _slurm_launch(env: Mapping[str, str]) -> Launch:
         master_addr=addr,
         master_port=port,
         run_id=f"slurm-{job}.{step}",
+        master_addr_source=source,
     )
 
 

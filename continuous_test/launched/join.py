@@ -121,6 +121,7 @@ def _launcher_store(launch: Launch, timeout: float):
     host = not agent and launch.rank == 0
     where = f"{launch.master_addr}:{launch.master_port}"
     assert launch.master_addr is not None and launch.master_port is not None, "a launch without MASTER_ADDR/PORT"
+    _check_resolves(launch)
     try:
         store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size if host else None, host,
                               timedelta(seconds=timeout), wait_for_workers=False, multi_tenant=True)
@@ -132,6 +133,28 @@ def _launcher_store(launch: Launch, timeout: float):
     if not agent:
         _check_owner(store, launch, host, where)
     return store
+
+
+UNRESOLVABLE = (
+    "Cannot reach the rendezvous host {addr!r} (from {source}): the name does not resolve on this node ({error}). "
+    "Set MASTER_ADDR to an address every node of the job resolves, such as the first node's IP address "
+    "(on clusters whose node names resolve only through Slurm, its NodeAddr: scontrol show node {addr})"
+)
+
+
+def _check_resolves(launch: Launch) -> None:
+    """Fail at once, naming where the address came from, when the rendezvous host does not resolve.
+
+    TCPStore would retry an unresolvable name until the start timeout (minutes),
+    and say only that it could not connect.
+    """
+    import socket
+
+    try:
+        socket.getaddrinfo(launch.master_addr, launch.master_port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise RendezvousError(UNRESOLVABLE.format(addr=launch.master_addr, source=launch.master_addr_source,
+                                                  error=exc.strerror or exc)) from exc
 
 
 def _address_in_use(exc: BaseException) -> bool:
