@@ -200,5 +200,13 @@ def test_each_replay_runs_in_a_world_of_its_own(monkeypatch):
     assert len(started) == 2 and started[0] is not started[1] and replay.worlds == 2
 
 
+def test_a_fifty_test_history_is_narrowed_to_its_one_culprit():
+    proc = helpers.python("test_bisect_long.py")
+    assert unittest_counts(proc.stderr) == {"ran": 51, "failures": 1}, describe(proc)
+    others = bisect.OTHERS.format(n=49)
+    assert bisect.ORDER_DEPENDENT.format(test="test_zz_victim", culprits="test_31", others=others) in proc.stderr, \
+        describe(proc)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
