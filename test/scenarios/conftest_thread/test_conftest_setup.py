@@ -1,4 +1,5 @@
 """The conftest's process-wide setup (float64 by default) reaches the ranks, as it reaches this process."""
+import pytest
 import torch
 
 from continuous_test import MultiProcContinuousTest, MultiProcessTestCase
@@ -25,3 +26,7 @@ class SetupInFreshRanksTest(MultiProcessTestCase):
 
 def test_in_the_controller():
     assert torch.get_default_dtype() == torch.float64
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__]))
