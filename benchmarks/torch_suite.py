@@ -49,13 +49,16 @@ TIMEOUT = 6 * 3600  # a guard against hangs of a whole run
 # About forty tests that cover what the suite exercises on gloo: collectives with
 # and without groups, point-to-point and batched isend/irecv, object collectives,
 # DDP, SyncBatchNorm, monitored barrier, join, and tests that skip in their ranks.
+# Left out: tests that assert on wall time between ranks (test_barrier checks that
+# a barrier returned 0.3 s after a peer's clock reading), which a loaded machine fails
+# on either engine.
 CI_SUBSET = [
     "test_all_reduce_sum", "test_all_reduce_max", "test_all_reduce_sum_async", "test_all_reduce_group_sum",
     "test_all_reduce_full_group_sum", "test_all_reduce_coalesced_sum", "test_broadcast", "test_broadcast_group",
     "test_reduce_sum", "test_reduce_group_max", "test_all_gather", "test_all_gather_group",
     "test_all_gather_object_default_pg", "test_gather_object", "test_scatter", "test_scatter_object_list",
     "test_send_recv", "test_send_recv_any_source", "test_isend", "test_irecv", "test_batch_isend_irecv_gloo",
-    "test_batch_isend_irecv_gloo_tags", "test_send_recv_with_tag", "test_barrier", "test_barrier_group",
+    "test_batch_isend_irecv_gloo_tags", "test_send_recv_with_tag", "test_all_gather_coalesced_simple", "test_barrier_group",
     "test_monitored_barrier_gloo", "test_new_subgroups", "test_get_backend", "test_get_rank_size_group",
     "test_batch_isend_irecv_op_err", "test_broadcast_object_list", "test_DistributedDataParallel_requires_grad",
     "test_ddp_join_model_equivalence", "test_SyncBatchNorm_process_group", "test_ddp_logging_data_cpu",
@@ -89,7 +92,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.record:
         if "torch" not in runs:
             parser.error("--record needs the torch run (--engine both or torch)")
-        recorded = {name: verdict for name, (verdict, _) in sorted(runs["torch"].tests.items())}
+        # This run's verdicts replace the recorded ones of the same tests; the file keeps the CI subset's.
+        previous = json.loads(VERDICTS.read_text())["torch_verdicts"] if VERDICTS.exists() else {}
+        recorded = {**previous, **{name: verdict for name, (verdict, _) in runs["torch"].tests.items()}}
+        recorded = {name: recorded[name] for name in sorted(CI_SUBSET) if name in recorded}
         VERDICTS.write_text(json.dumps({"backend": payload["backend"], "world_size": payload["world_size"],
                                         "torch_verdicts": recorded}, indent=1, sort_keys=True) + "\n")
         print(f"torch's verdicts recorded: {VERDICTS}")
@@ -106,8 +112,10 @@ def _env() -> Dict[str, str]:
 class Run:
     """One engine's pytest run: per test (verdict, seconds), and the run's wall time."""
 
-    def __init__(self, engine: str, tests: Dict[str, Tuple[str, float]], wall: float, returncode: int) -> None:
+    def __init__(self, engine: str, tests: Dict[str, Tuple[str, float]], wall: float, returncode: int,
+                 messages: Optional[Dict[str, str]] = None) -> None:
         self.engine, self.tests, self.wall, self.returncode = engine, tests, wall, returncode
+        self.messages = messages or {}  # test -> the first line of its failure or error
 
     def as_json(self) -> dict:
         return {"wall_s": round(self.wall, 2), "returncode": self.returncode,
@@ -128,20 +136,24 @@ def run_engine(engine: str, names: Optional[List[str]], expr: Optional[str]) -> 
         wall = time.perf_counter() - start
         print(f"--- {engine}: exit {proc.returncode} in {wall:.1f} s; last lines of its output:")
         print("\n".join(proc.stdout.strip().splitlines()[-5:]))
-        tests = read_junit(report_file) if os.path.exists(report_file) else {}
-    return Run(engine, tests, wall, proc.returncode)
+        tests, messages = read_junit(report_file) if os.path.exists(report_file) else ({}, {})
+    return Run(engine, tests, wall, proc.returncode, messages)
 
 
-def read_junit(path: str) -> Dict[str, Tuple[str, float]]:
-    """Test name -> (verdict, seconds) from a JUnit XML report."""
+def read_junit(path: str) -> Tuple[Dict[str, Tuple[str, float]], Dict[str, str]]:
+    """Test name -> (verdict, seconds), and test name -> its failure's message, from a JUnit XML report."""
     tests: Dict[str, Tuple[str, float]] = {}
+    messages: Dict[str, str] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
-        verdict = "passed"
-        for child, name in (("skipped", "skipped"), ("failure", "failed"), ("error", "error")):
-            if case.find(child) is not None:
-                verdict = name
-        tests[case.get("name", "?")] = (verdict, float(case.get("time", "0")))
-    return tests
+        verdict, name = "passed", case.get("name", "?")
+        for child, word in (("skipped", "skipped"), ("failure", "failed"), ("error", "error")):
+            element = case.find(child)
+            if element is not None:
+                verdict = word
+                if word != "skipped":
+                    messages[name] = (element.get("message") or element.text or "")[:2000]
+        tests[name] = (verdict, float(case.get("time", "0")))
+    return tests, messages
 
 
 def report(runs: Dict[str, Run]) -> None:
@@ -156,6 +168,9 @@ def report(runs: Dict[str, Run]) -> None:
         print(f"{name[:60]:60}" + "".join(f" {v:>15} {s:9.2f}" for v, s in cells))
         if len({v for v, _ in cells}) > 1:
             differ.append(name)
+            for engine in engines:
+                if name in runs[engine].messages:
+                    print(f"    {engine}: {runs[engine].messages[name].splitlines()[0][:200]}")
     print()
     for engine in engines:
         run = runs[engine]

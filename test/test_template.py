@@ -46,13 +46,14 @@ def test_parallel_work_before_the_template_falls_back_to_a_fresh_interpreter():
     assert "template kind: forkserver" in proc.stdout, describe(proc)
 
 
-def test_a_template_made_lazily_after_parallel_work_is_probed():
-    # python -m unittest calls no run_tests(): the template is made at the first
-    # world start, after the controller's parallel work.
+def test_python_m_unittest_forks_the_template_before_any_test_runs():
+    # python -m unittest calls no run_tests(): the template is made once unittest
+    # loaded the tests, before the controller's parallel work (it was made at the
+    # first world start, after it, which forced the fresh-interpreter template).
     proc = helpers.run([sys.executable, "-m", "unittest", "test_template_fork"], env=ENV)
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
-    assert "template kind: forkserver" in proc.stdout, describe(proc)
+    assert "template kind: fork" in proc.stdout, describe(proc)
 
 
 def test_the_fresh_interpreter_template_on_request():
