@@ -21,7 +21,7 @@ import threading
 import traceback
 import unittest
 import weakref
-from typing import AbstractSet, Any, FrozenSet, Optional
+from typing import AbstractSet, Any, FrozenSet, List, Optional
 
 import torch
 
@@ -323,15 +323,47 @@ def format_stacks() -> str:
         if ident == me:
             continue
         summary = _trim_harness(traceback.extract_stack(frame))
-        stack = "".join(traceback.format_list(summary))
+        stack = "".join(_format_folded(summary))
         parts.append(f"Thread {names.get(ident, ident)} (most recent call last):\n{stack}")
     return "\n".join(parts)
+
+
+FOLDED = "  ({n} frame(s) of continuous_test and torch's logging wrappers)\n"
+_C10D_LOGGER = os.sep + os.path.join("torch", "distributed", "c10d_logger.py")
+
+
+def _format_folded(frames: list) -> List[str]:
+    """The frames as traceback prints them, each run of wrapper frames folded into one line.
+
+    Wrapper frames: this package's (the recorder's ``_call`` and the frame of
+    torch's function whose code it swapped, just before it) and torch's logging
+    decorator (``c10d_logger.py``).  They sit between the test's call and
+    torch's real body of every collective.
+    """
+    wrapper = [f.filename.startswith(_OWN_DIR) or f.filename.endswith(_C10D_LOGGER) for f in frames]
+    for i in range(len(frames) - 1):
+        if frames[i + 1].filename.startswith(_OWN_DIR) and frames[i + 1].name == "_call":
+            wrapper[i] = True  # torch's function, at its def line: the body the recorder swapped in
+    lines: List[str] = []
+    run = 0
+    for frame, folded in zip(frames, wrapper):
+        if folded:
+            run += 1
+            continue
+        if run:
+            lines.append(FOLDED.format(n=run))
+            run = 0
+        lines.extend(traceback.format_list([frame]))
+    if run:
+        lines.append(FOLDED.format(n=run))
+    return lines
 
 
 _HARNESS_DIRS = tuple(
     os.path.dirname(m.__file__) + os.sep for m in (unittest, __import__("multiprocessing")) if m.__file__
 ) + (os.path.dirname(os.path.abspath(continuous_test.__file__)) + os.sep,)
 _UNITTEST_DIR = os.path.dirname(unittest.__file__) + os.sep
+_OWN_DIR = os.path.dirname(os.path.abspath(continuous_test.__file__)) + os.sep
 
 
 def _trim_harness(frames: traceback.StackSummary) -> list:

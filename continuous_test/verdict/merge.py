@@ -315,7 +315,7 @@ def _fault_error(test, world_size, main, faults, outputs, grace, time_limit, not
             report.lines.append(INTERRUPTED.format(rank=fault.rank, test=test, grace=grace))
     for fault in sorted(faults, key=lambda f: f.rank):
         if fault.stacks:
-            report.lines.append(f"rank {fault.rank} stacks ({fault.kind.value}):\n{indent(fault.stacks)}")
+            report.lines.append(f"rank {fault.rank} stacks ({fault.kind.words}):\n{indent(fault.stacks)}")
     report.add_timeline(timeline, always=True)
     report.add_outputs(outputs)
     report.note = note

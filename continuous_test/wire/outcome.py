@@ -202,6 +202,11 @@ class FaultKind(str, enum.Enum):
     INTERRUPTED = "interrupted"
     TEMPLATE_DIED = "template_died"
 
+    @property
+    def words(self) -> str:
+        """How a report names it ("timed out", not the value's ``timed_out``)."""
+        return self.value.replace("_", " ") if self is not FaultKind.NO_REPORT else "never reported"
+
 
 @dataclass(frozen=True)
 class RankFault:
