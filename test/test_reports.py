@@ -132,6 +132,22 @@ def test_heartbeat_in_verbose_mode_only():
     assert unittest_counts(quiet.stderr) == {"ran": 1}, describe(quiet)
 
 
+def test_no_heartbeat_in_the_last_second_before_the_time_limit():
+    # With a heartbeat every 10 s and a 10 s limit, the beat and the timeout's report
+    # came in the same second.
+    import time
+
+    lines = []
+    due = progress.Progress("T.test_x", 10.0, {}, 10.0, False, lambda line, first: lines.append(line),
+                            start=time.monotonic() - 10.0)
+    due.tick([0, 1])
+    assert lines == []
+    early = progress.Progress("T.test_x", 20.0, {}, 10.0, False, lambda line, first: lines.append(line),
+                              start=time.monotonic() - 10.0)
+    early.tick([0, 1])
+    assert len(lines) == 1 and "still running after 10 s (time limit 20 s); ranks 0, 1 not done" in lines[0], lines
+
+
 def test_live_output_is_shown_while_the_test_runs(tmp_path):
     release = tmp_path / "release"
     env = helpers.scenario_env({progress.ENV_LIVE_OUTPUT: "1", "RELEASE_FILE": str(release), "SLOW_SECONDS": "60"})

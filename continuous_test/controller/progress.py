@@ -3,7 +3,8 @@
 * **Heartbeat.**  In verbose mode (unittest's ``-v``, pytest's ``-v``) a test still
   running after ``CONTINUOUS_TEST_HEARTBEAT`` seconds (default 10; 0 turns it off)
   prints one line, and again at that interval: the test, the seconds so far and its
-  time limit, and the ranks that have not finished it.
+  time limit, and the ranks that have not finished it.  None is printed in the
+  last second before the time limit, whose report comes then.
 * **Live output.**  ``CONTINUOUS_TEST_LIVE_OUTPUT=1`` (or pytest's
   ``--ct-live-output``) prints every rank's output while the test runs, each line
   prefixed ``[rankN]``, instead of only in the report.
@@ -44,6 +45,8 @@ DEFAULT_HEARTBEAT = 10.0
 # nothing signals that a file grew, and a quarter second reads as live.
 LIVE_POLL = 0.25
 HEARTBEAT = "continuous_test: {test} still running after {elapsed:.0f} s (time limit {limit:g} s); {ranks} not done"
+# No heartbeat this close to the time limit: the time limit's own report follows.
+HEARTBEAT_QUIET = 1.0
 
 Emit = Callable[[str, bool], None]
 
@@ -154,9 +157,10 @@ class Progress:
         if now >= self.next_beat:
             from continuous_test.verdict.text import rank_list
 
-            ranks = sorted(pending)
-            self._line(HEARTBEAT.format(test=self.test, elapsed=now - self.start, limit=self.limit,
-                                        ranks=rank_list(ranks) if ranks else "no rank"))
+            if self.start + self.limit - now > HEARTBEAT_QUIET:
+                ranks = sorted(pending)
+                self._line(HEARTBEAT.format(test=self.test, elapsed=now - self.start, limit=self.limit,
+                                            ranks=rank_list(ranks) if ranks else "no rank"))
             self.next_beat = now + self.beat
 
     def finish(self) -> None:
