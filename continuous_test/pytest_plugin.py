@@ -376,8 +376,14 @@ def pytest_runtest_makereport_hide_frames(item: pytest.Item, call: pytest.CallIn
     unittest's run and the replay, all hidden; pytest shows unittest's frames when
     nothing else is left, so none is kept.
     """
-    if call.when == "call" and call.excinfo is not None and getattr(call.excinfo.value, "ct_ranks", None):
-        call.excinfo.traceback = call.excinfo.traceback.filter(lambda entry: False)
+    from continuous_test.verdict.replay import VERDICT_ATTR
+
+    excinfo = call.excinfo if call.when == "call" else None
+    value = excinfo.value if excinfo is not None else None
+    if excinfo is not None and (getattr(value, "ct_ranks", None) or getattr(value, VERDICT_ATTR, False)):
+        # A rank's failure, or another verdict (a leak under the 'fail' policy, an
+        # inconsistent skip, a time limit): none of the frames here is the test's.
+        excinfo.traceback = excinfo.traceback.filter(lambda entry: False)
 
 
 def _summary_message(item: pytest.Item, report: pytest.TestReport, excinfo: Any) -> None:

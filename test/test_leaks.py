@@ -289,6 +289,9 @@ def test_a_leaked_thread_restarts_the_world():
 def test_pytest_option_and_warning_summary():
     proc = helpers.pytest("test_leaks.py", "--ct-leaks", "fail", env=NO_BISECT)
     assert pytest_counts(proc.stdout) == {"failed": 1, "passed": 3}, describe(proc)
+    # The report is the leak, not unittest's own source (case.py) that raised it.
+    assert "LeakError: LeakTest.test_1_leaks left process-global state changed" in proc.stdout, describe(proc)
+    assert "unittest/case.py" not in proc.stdout and "def run(self, result=None)" not in proc.stdout, describe(proc)
     proc = helpers.pytest("test_leaks.py", env=NO_BISECT)
     assert pytest_counts(proc.stdout) == {"passed": 4}, describe(proc)
     assert "LeakWarning" in proc.stdout and DTYPE_LINE in proc.stdout, describe(proc)

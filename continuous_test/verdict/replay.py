@@ -77,12 +77,22 @@ def raise_verdict(case: Optional[unittest.TestCase], verdict: Verdict, fn: Optio
     _raise_status(verdict)
 
 
+# Set on an error raised from a verdict: its frames here are the runner's and the
+# replay's, never the test's, and a report may hide them (the pytest plugin does).
+VERDICT_ATTR = "ct_verdict"
+
+
 def _raise_status(verdict: Verdict) -> None:
     __tracebackhide__ = True  # noqa: F841
     if verdict.status is Status.SKIP:
         raise unittest.SkipTest(verdict.skip_reason or "")
     if verdict.status is Status.FAIL:
-        raise verdict.error  # type: ignore[misc]
+        error = verdict.error
+        try:
+            setattr(error, VERDICT_ATTR, True)
+        except Exception:  # an exception type that takes no attributes
+            pass
+        raise error  # type: ignore[misc]
 
 
 class ReprValue(str):
