@@ -132,6 +132,21 @@ def test_heartbeat_in_verbose_mode_only():
     assert unittest_counts(quiet.stderr) == {"ran": 1}, describe(quiet)
 
 
+@pytest.mark.parametrize("runner", ["python", "pytest", "pytest -n 2"])
+def test_rank_warnings_and_log_records_reach_the_report(runner):
+    # Under pytest, ranks inherited its collection-time catch_warnings(record=True)
+    # and its log-capturing handlers: both vanished.
+    if runner == "python":
+        proc = helpers.python("test_rank_warnings.py")
+    else:
+        proc = helpers.pytest("test_rank_warnings.py", *(["-n", "2"] if "-n" in runner else []))
+    output = proc.stdout + proc.stderr
+    for rank in (0, 1):
+        assert re.search(rf"\[rank{rank}\] .*test_rank_warnings.py:\d+: UserWarning: a warning from the rank", output), \
+            describe(proc)
+        assert f"[rank{rank}] a log record from the rank" in output, describe(proc)
+
+
 def test_no_heartbeat_in_the_last_second_before_the_time_limit():
     # With a heartbeat every 10 s and a 10 s limit, the beat and the timeout's report
     # came in the same second.

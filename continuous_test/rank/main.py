@@ -132,6 +132,39 @@ def _controller_gone(spec: RankSpec) -> NoReturn:
 _PR_SET_PDEATHSIG = 1
 
 
+def _release_runner_capture() -> None:
+    """Let warnings and log records reach this rank's output, as in a process of its own.
+
+    A rank forked from a controller under pytest inherits what pytest set up
+    around its collection: ``catch_warnings(record=True)``, which sends every
+    warning to a list, and its log-capturing handlers on the root logger.  In a
+    rank nobody reads either, so warnings and log records vanished; they go to
+    the rank's stderr again (the warnings filters are left as the runner set them).
+    """
+    import logging
+    import warnings
+
+    impl = getattr(warnings, "_showwarnmsg_impl", None)
+    if impl is not None and getattr(impl, "__module__", None) != "warnings":
+        setattr(warnings, "_showwarnmsg_impl", _show_warning)
+        warnings.showwarning = getattr(warnings, "_showwarning_orig", warnings.showwarning)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if type(handler).__module__.startswith("_pytest."):
+            root.removeHandler(handler)
+
+
+def _show_warning(message: Any) -> None:
+    """What the standard library does with a warning that is shown: write it to stderr."""
+    import warnings
+
+    stream = message.file if message.file is not None else sys.stderr
+    try:
+        stream.write(getattr(warnings, "_formatwarnmsg")(message))
+    except OSError:
+        pass
+
+
 def _adopt(spec: RankSpec) -> None:
     """Tie this rank's life to the template's, and give it its own process group.
 
@@ -169,6 +202,7 @@ def rank_main(spec: RankSpec, conn, control) -> None:
     forget_inherited_cleanup()
     _adopt(spec)
     _redirect_output(spec.log_file)
+    _release_runner_capture()
     if faulthandler.is_enabled():
         # Enabled in the controller this rank may be forked from (pytest does), it
         # would write to the controller's terminal: it writes to this rank's log.
