@@ -384,6 +384,24 @@ def pytest_runtest_makereport_hide_frames(item: pytest.Item, call: pytest.CallIn
         # A rank's failure, or another verdict (a leak under the 'fail' policy, an
         # inconsistent skip, a time limit): none of the frames here is the test's.
         excinfo.traceback = excinfo.traceback.filter(lambda entry: False)
+        if value is not None and getattr(value, "ct_ranks", None) and getattr(value, "ct_head", None):
+            _print_once(value)
+
+
+def _print_once(error: BaseException) -> None:
+    """Keep out of the exception what the rank sections show (tracebacks, outputs, stacks, the timeline).
+
+    pytest prints the exception, its chained causes (each rank's traceback) and
+    then the report's sections (:func:`pytest_runtest_makereport`), which hold
+    the same: the exception keeps only the report's head and notes.
+    """
+    head = getattr(error, "ct_head")
+    if "ct_report" in vars(error):  # a rank's own exception type, headed by the report
+        error.ct_report = head  # type: ignore[attr-defined]
+    else:
+        error.args = (head,)
+    error.__cause__ = None
+    error.__suppress_context__ = True
 
 
 def _summary_message(item: pytest.Item, report: pytest.TestReport, excinfo: Any) -> None:

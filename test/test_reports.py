@@ -138,13 +138,20 @@ def test_rank_warnings_and_log_records_reach_the_report(runner):
     # and its log-capturing handlers: both vanished.
     if runner == "python":
         proc = helpers.python("test_rank_warnings.py")
-    else:
-        proc = helpers.pytest("test_rank_warnings.py", *(["-n", "2"] if "-n" in runner else []))
-    output = proc.stdout + proc.stderr
-    for rank in (0, 1):
-        assert re.search(rf"\[rank{rank}\] .*test_rank_warnings.py:\d+: UserWarning: a warning from the rank", output), \
-            describe(proc)
-        assert f"[rank{rank}] a log record from the rank" in output, describe(proc)
+        output = proc.stderr
+        for rank in (0, 1):
+            assert re.search(rf"\[rank{rank}\] .*test_rank_warnings.py:\d+: UserWarning: a warning from the rank",
+                             output), describe(proc)
+            assert f"[rank{rank}] a log record from the rank" in output, describe(proc)
+        return
+    proc = helpers.pytest("test_rank_warnings.py", *(["-n", "2"] if "-n" in runner else []))
+    # pytest's idiom: one section per group of ranks, printed once (not again in the E block).
+    section = re.search(r"-+ ranks 0, 1: failed -+\n(.*?)(?=\n=+ )", proc.stdout, re.S)
+    assert section, describe(proc)
+    assert re.search(r"--- output of ranks 0, 1 ---\n.*test_rank_warnings.py:\d+: UserWarning: a warning from the "
+                     r"rank\n.*\na log record from the rank", section.group(1)), describe(proc)
+    assert proc.stdout.count("a warning from the rank\n") == 1, describe(proc)
+    assert proc.stdout.count('self.fail("on purpose")') == 1, describe(proc)  # the rank's traceback, once
 
 
 def test_no_heartbeat_in_the_last_second_before_the_time_limit():

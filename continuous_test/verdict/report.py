@@ -17,6 +17,7 @@ and becomes its own pytest section.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -101,6 +102,22 @@ class Report:
             if outputs[rank].strip():
                 self.lines += [f"rank {rank} output:", prefix_lines(rank, outputs[rank]).rstrip("\n")]
 
+    def head(self) -> str:
+        """The message without what a runner shows in sections of its own: outputs, stacks, the timeline."""
+        kept: List[str] = []
+        skip_next = False
+        for line in self.lines:
+            if skip_next:
+                skip_next = False
+                continue
+            if re.fullmatch(r"rank \d+ output:", line):
+                skip_next = True  # its output follows, as one line of the report
+                continue
+            if re.match(r"rank \d+ stacks \(", line):
+                continue
+            kept.append(line)
+        return "\n".join(kept + ([self.note] if self.note else []))
+
     def text(self) -> str:
         """The message: lines, extra sections, then the note."""
         parts = list(self.lines)
@@ -114,6 +131,7 @@ class Report:
         _chain_causes(error, self.records)
         error.ct_ranks = dict(sorted(self.statuses.items()))  # type: ignore[union-attr]
         error.ct_sections = list(self.sections)  # type: ignore[union-attr]
+        error.ct_head = self.head()  # type: ignore[union-attr]
         for section in self.sections:
             if section.title == TIMELINE_TITLE:  # also on its own, for callers of the API
                 error.ct_timeline = section.text  # type: ignore[union-attr]
