@@ -239,16 +239,25 @@ class MultiProcContinuousTest(TestCase):
         """Process-group options passed to ``init_process_group``; None by default."""
         return None
 
+    # Set by a launched rank while it calls _init_pg: the launcher's store to make the group on.
+    _ct_store: Any = None
+
     @classmethod
     def _init_pg(cls, rank: int, world_size: int, rdvz_file: str) -> None:
-        """Create the default process group (``cls.pg``) on a FileStore at ``rdvz_file``, in a rank before its tests."""
+        """Create the default process group (``cls.pg``) on a FileStore at ``rdvz_file``, in a rank before its tests.
+
+        Under a launcher the group is made on the launcher's store instead, so that a
+        class's override (which calls this, then makes its subgroups) runs there too.
+        """
         import torch.distributed as dist
 
         cls.rdvz_file = rdvz_file
-        store = dist.FileStore(rdvz_file, world_size)
+        store = cls._ct_store if cls._ct_store is not None else dist.FileStore(rdvz_file, world_size)
         dist.init_process_group(backend=cls.backend_str(), world_size=world_size, rank=rank, store=store,
                                 pg_options=cls.opts(), timeout=cls.timeout)
         cls.pg = dist.distributed_c10d._get_default_group()
+
+    _init_pg.__func__._ct_base = True  # type: ignore[attr-defined]  # launched.join: "not overridden"
 
     # -- per-instance view -----------------------------------------------------------
 
@@ -297,13 +306,16 @@ shuffle.install_default()
 
 
 def _template_before_unittest_runs() -> None:
-    """Under ``python -m unittest``, make the rank template once the tests are loaded and before any runs.
+    """Wrap unittest's ``TestProgram.runTests`` (the runner's, not the code under test's), once.
 
-    ``run_tests()`` and the pytest plugin do so themselves.  unittest's own main
-    would otherwise leave it to the first world start, after the plain tests and
-    class setups that ran before: its ranks would see what they changed in this
-    process, which the other runners' ranks do not.  Wraps ``TestProgram.runTests``
-    (the runner's, not the code under test's), once.
+    * Under ``python -m unittest`` (and torch's ``run_tests()``), the rank template
+      is made once the tests are loaded and before any runs, as ``run_tests()`` and
+      the pytest plugin do.  It was left to the first world start, after the plain
+      tests and class setups that ran before: its ranks saw what they changed in
+      this process, which the other runners' ranks do not.
+    * Under a launcher, a rank other than 0 prints no unittest report: rank 0
+      prints the merged one (``run_tests()`` does the same with a runner of its own;
+      torch's ``run_tests()`` in a migrated file comes here).
     """
     program = unittest.main  # unittest.TestProgram
     original = program.runTests
@@ -311,14 +323,34 @@ def _template_before_unittest_runs() -> None:
         return
 
     def runTests(self: Any) -> Any:  # noqa: N802 - unittest's name
-        if _role.current_role() is ProcessRole.CONTROLLER:
+        role = _role.current_role()
+        if role is ProcessRole.CONTROLLER:
             from continuous_test.template import server
 
             server.prepare()
+        elif role is ProcessRole.LAUNCHED and detect().rank != 0:
+            _quiet_runner(self)
         return original(self)
 
     runTests._ct_prepares_template = True  # type: ignore[attr-defined]
     program.runTests = runTests  # type: ignore[method-assign]
+
+
+def _quiet_runner(program: Any) -> None:
+    """Make ``program``'s test runner write its report nowhere (a launched rank other than 0)."""
+    devnull = open(os.devnull, "w")
+    runner = program.testRunner
+    if runner is None:
+        runner = unittest.TextTestRunner
+    if isinstance(runner, type):
+        kwargs = {name: getattr(program, name) for name in ("verbosity", "failfast", "buffer", "warnings", "tb_locals")
+                  if hasattr(program, name)}
+        try:
+            program.testRunner = runner(stream=devnull, **kwargs)
+        except TypeError:  # a runner that takes other arguments: left as it is
+            devnull.close()
+    elif hasattr(runner, "stream"):
+        runner.stream = unittest.runner._WritelnDecorator(devnull)
 
 
 _template_before_unittest_runs()

@@ -117,6 +117,15 @@ def test_local_tensor_variants_of_our_bases_run_in_this_process():
     assert not dist.is_initialized()
 
 
+def test_under_torchrun_torchs_run_tests_prints_one_report():
+    # A migrated file keeps torch's run_tests(): under a launcher only rank 0 prints
+    # the unittest report, as with continuous_test's run_tests().
+    proc = helpers.torchrun("test_collectives.py", 2, cwd=COMPAT)
+    output = proc.stdout + proc.stderr
+    assert output.count("\nRan 15 tests in ") == 1, describe(proc)
+    assert proc.returncode == 0 and "OK (skipped=3)" in output, describe(proc)
+
+
 # -- a directory migrated by its conftest.py ----------------------------------------------
 
 

@@ -217,9 +217,19 @@ def _init(cls, joined: Joined, launch: Launch) -> None:
     joined.store.set_timeout(timedelta(seconds=joined.start_timeout))
     prefix = f"default_pg.{joined.generation}"
     joined.generation += 1
-    dist.init_process_group(backend=cls.backend_str(), store=dist.PrefixStore(prefix, joined.store),
-                            rank=launch.rank, world_size=launch.world_size, pg_options=cls.opts(),
-                            timeout=cls.timeout)
+    store = dist.PrefixStore(prefix, joined.store)
+    init_pg = getattr(cls, "_init_pg", None)
+    if init_pg is not None and not getattr(getattr(init_pg, "__func__", None), "_ct_base", False):
+        # The class overrides _init_pg (its subgroups, its device): it runs as without a
+        # launcher, and the base's _init_pg it calls makes the group on this store.
+        cls._ct_store = store
+        try:
+            init_pg(launch.rank, launch.world_size, "")
+        finally:
+            cls._ct_store = None
+    else:
+        dist.init_process_group(backend=cls.backend_str(), store=store, rank=launch.rank,
+                                world_size=launch.world_size, pg_options=cls.opts(), timeout=cls.timeout)
     joined.group = cls.pg = dist.distributed_c10d._get_default_group()
     remember_default_group()
 
