@@ -247,3 +247,35 @@ def test_rank_list():
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_big_output_is_bounded_in_the_report_and_kept_whole_on_disk(keep):
+    from continuous_test.controller import output
+
+    env = {"CONTINUOUS_TEST_BISECT": "off", **({"CONTINUOUS_TEST_KEEP_OUTPUT": "1"} if keep else {})}
+    assert output.ENV_KEEP_OUTPUT == "CONTINUOUS_TEST_KEEP_OUTPUT"
+    proc = helpers.python("test_big_output.py", env=env)
+    assert unittest_counts(proc.stderr) == {"ran": 1, "failures": 1}, describe(proc)
+    assert len(proc.stderr) < 100_000, len(proc.stderr)  # 5 000 lines and a 50 000-character one, per rank
+    paths = {}
+    for rank in (0, 1):
+        assert f"[rank{rank}] line 99 of rank {rank}\n" in proc.stderr and f"line 100 of rank {rank}" not in proc.stderr
+        assert f"[rank{rank}] line 4999 of rank {rank}\n" in proc.stderr
+        found = re.search(rf"\.\.\. (\d+) line\(s\), \d+ character\(s\) left out; the whole output of rank {rank}: (\S+)",
+                          proc.stderr)
+        assert found and int(found.group(1)) == 5001 - 200, describe(proc)
+        paths[rank] = found.group(2)
+    assert "(48000 characters more)" in proc.stderr, describe(proc)  # a long line is cut too
+    try:
+        if keep:
+            with open(paths[1]) as f:
+                whole = f.read()
+            assert whole.count("of rank 1\n") == 5000 and "x" * 50000 in whole
+            assert oct(os.stat(paths[1]).st_mode & 0o777) == "0o600"
+        else:  # kept until the run ended, not after
+            assert not any(os.path.exists(path) for path in paths.values()), paths
+    finally:
+        import shutil
+
+        shutil.rmtree(os.path.dirname(paths[0]), ignore_errors=True)

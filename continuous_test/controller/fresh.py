@@ -13,7 +13,7 @@ import unittest
 from typing import Any, Dict, List, Optional, Tuple
 
 from continuous_test import config
-from continuous_test.controller import progress
+from continuous_test.controller import output as rank_output, progress
 from continuous_test.controller.processes import (
     KILL_TIMEOUT,
     SPARES,
@@ -54,7 +54,7 @@ class FreshRanks:
                     progress=progress)
         waited = self._watch.wait(goal)
         self.exits.update(waited.exits)
-        return waited, {h.rank: h.read_output() for h in self.ranks}
+        return waited, {h.rank: rank_output.bounded(h.read_output(), self.method, h.rank) for h in self.ranks}
 
     def processes(self) -> List["RankView"]:
         """The ranks' processes as torch's ``self.processes`` holds them."""

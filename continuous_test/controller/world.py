@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from continuous_test import config
-from continuous_test.controller import progress
+from continuous_test.controller import output as rank_output, progress
 from continuous_test.controller.processes import RankProcess, kill_ranks, start_ranks
 from continuous_test.controller.watch import Goal, Waited, Watch
 from continuous_test.errors import RankDiedError, WorldStartError
@@ -246,7 +246,7 @@ class World:
             # so the world goes with it; the next test starts a new one.
             self._discard()
             raise
-        outputs = {h.rank: h.read_output() for h in self.ranks}
+        outputs = {h.rank: rank_output.bounded(h.read_output(), test_id, h.rank) for h in self.ranks}
         if then is not None and self._all_passed_plainly(waited):
             following = then()
             if following is not None:

@@ -36,6 +36,7 @@ __all__ = [
     "ENV_HEARTBEAT",
     "ENV_LIVE_OUTPUT",
     "ENV_RECORD",
+    "ENV_KEEP_OUTPUT",
     "ENV_COVERAGE",
     "COVERAGE_SUFFIX",
     "ENV_RANK_MARKER",
@@ -66,8 +67,10 @@ ENV_AHEAD = "CONTINUOUS_TEST_AHEAD"
 ENV_LIVE_OUTPUT = "CONTINUOUS_TEST_LIVE_OUTPUT"
 ENV_RECORD = "CONTINUOUS_TEST_RECORD"
 ENV_TORCH_TESTCASE = "CONTINUOUS_TEST_TORCH_TESTCASE"
+ENV_KEEP_OUTPUT = "CONTINUOUS_TEST_KEEP_OUTPUT"
 # name -> what unset means (None: the harness decides, see continuous_test.case).
-SWITCHES = {ENV_AHEAD: True, ENV_LIVE_OUTPUT: False, ENV_RECORD: True, ENV_TORCH_TESTCASE: None}
+SWITCHES = {ENV_AHEAD: True, ENV_LIVE_OUTPUT: False, ENV_RECORD: True, ENV_TORCH_TESTCASE: None,
+            ENV_KEEP_OUTPUT: False}
 
 # Set by the harness for its own processes; never by a user.
 # The controller's measurement, handed to its ranks (continuous_test.rank.coverage), and the
