@@ -279,3 +279,16 @@ def test_a_big_output_is_bounded_in_the_report_and_kept_whole_on_disk(keep):
         import shutil
 
         shutil.rmtree(os.path.dirname(paths[0]), ignore_errors=True)
+
+
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+def test_a_huge_exception_message_is_cut_to_its_head_and_tail(runner):
+    # A 20 MB message was printed twice (40 MB on unittest's stream).
+    from continuous_test.wire.outcome import MAX_MESSAGE, MAX_TRACEBACK
+
+    env = {"CONTINUOUS_TEST_BISECT": "off"}
+    proc = (helpers.python if runner == "python" else helpers.pytest)("test_big_message.py", env=env)
+    output = proc.stdout + proc.stderr
+    assert "start of the message" in output and "end of the message" in output, describe(proc)
+    assert re.search(r"\.\.\. \(\d+ characters of this (message|traceback) left out\) \.\.\.", output), describe(proc)
+    assert len(output) < 4 * (MAX_MESSAGE + MAX_TRACEBACK), len(output)

@@ -96,13 +96,15 @@ class ErrorRecord:
         etype = type(exc)
         if formatted is None:
             formatted = "".join(traceback.format_exception(etype, exc, exc.__traceback__))
+        message = _safe_str(exc)
         return cls(
             type_module=etype.__module__,
             type_qualname=etype.__qualname__,
-            message=_safe_str(exc),
-            traceback=formatted,
+            message=bounded_text(message, MAX_MESSAGE),
+            traceback=bounded_text(formatted, MAX_TRACEBACK, "traceback"),
             is_failure=isinstance(exc, AssertionError),
-            pickled=_pickled(exc),
+            # A huge message would travel and be kept whole in the pickle: its text, cut, is enough.
+            pickled=_pickled(exc) if len(message) <= MAX_MESSAGE else None,
             location=_location(exc.__traceback__, test_file),
         )
 
@@ -301,6 +303,21 @@ def exit_description(exitcode: Optional[int]) -> str:
     if exitcode < 0:
         return f"signal {signal_name(-exitcode)}"
     return f"exit code {exitcode}"
+
+
+# The most of a rank's exception message, and of its formatted traceback, that a
+# report shows: longer ones keep their head and tail (docs/reports.rst).
+MAX_MESSAGE = 10_000
+MAX_TRACEBACK = 50_000
+CUT = "\n... ({chars} characters of this {what} left out) ...\n"
+
+
+def bounded_text(text: str, limit: int, what: str = "message") -> str:
+    """``text`` if it is at most ``limit`` characters, else its first and last parts and how much was left out."""
+    if len(text) <= limit:
+        return text
+    head, tail = text[:limit * 3 // 4], text[-(limit // 4):]
+    return head + CUT.format(chars=len(text) - len(head) - len(tail), what=what) + tail
 
 
 def _safe_str(exc: BaseException) -> str:
