@@ -417,7 +417,11 @@ def _summary_message(item: pytest.Item, report: pytest.TestReport, excinfo: Any)
     except ImportError:  # a pytest without it: the summary stays without a message
         return
     path, lineno, _ = item.location
-    longrepr.reprcrash = ReprFileLocation(path, (lineno or 0) + 1, excinfo.exconly(tryshort=True))
+    crash = ReprFileLocation(path, (lineno or 0) + 1, excinfo.exconly(tryshort=True))
+    longrepr.reprcrash = crash
+    chain = getattr(longrepr, "chain", None)
+    if chain:  # what xdist sends to its controller, which rebuilds reprcrash from the chain's last entry
+        chain[-1] = (chain[-1][0], crash, chain[-1][2])
 
 
 def _add_seed_section(report: pytest.TestReport) -> None:

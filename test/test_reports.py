@@ -102,8 +102,16 @@ def test_a_caller_catches_the_ranks_own_exception_type():
     assert "first line: test_runs_a_failing_command failed on rank 1 of 2 (rank 0 passed)" in proc.stdout
 
 
-def test_pytest_short_summary_carries_the_first_line():
-    proc = helpers.pytest("test_reports.py", "-rf", "-k", "test_a_same or test_b_key", env={"COLUMNS": "300"})
+@pytest.mark.parametrize("xdist", [False, True])
+def test_pytest_short_summary_carries_the_first_line(xdist):
+    # Under xdist the summary line had no message: the controller rebuilds it from the report's chain.
+    proc = helpers.pytest("test_reports.py", "-rf", "-k", "test_a_same or test_b_key", *(["-n", "2"] if xdist else []),
+                          env={"COLUMNS": "300"})
+    if xdist:
+        assert "2 failed" in proc.stdout, describe(proc)
+        assert ("FAILED test_reports.py::ReportTest::test_b_key_error - KeyError: "
+                "ReportTest.test_b_key_error failed on rank 1 of 3 (ranks 0, 2 passed)") in proc.stdout, describe(proc)
+        return
     assert pytest_counts(proc.stdout) == {"failed": 2, "deselected": 8}, describe(proc)
     assert ("FAILED test_reports.py::ReportTest::test_a_same_everywhere - AssertionError: "
             "ReportTest.test_a_same_everywhere failed on ranks 0-2 of 3") in proc.stdout, describe(proc)
