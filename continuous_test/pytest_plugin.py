@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, List, Optional
 
 import pytest
@@ -92,6 +93,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ct_timeout(seconds): per-test time limit of a distributed test")
     config.addinivalue_line("markers", "ct_leaks(policy): leak policy (restore, fail, off) of a distributed test")
     config.addinivalue_line("markers", "ct_record(on): record collective calls for the timeline (False: off)")
+    if getattr(config.option, "showlocals", False):  # -l: the ranks' tracebacks show local variables too
+        from continuous_test.wire.env import ENV_TB_LOCALS
+
+        os.environ[ENV_TB_LOCALS] = "1"
     try:
         timeout, source = _setting(config, "ct_timeout")
         limit = None if timeout is None else ct_config.parse_seconds(timeout, "timeout", source)

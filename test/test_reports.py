@@ -300,3 +300,14 @@ def test_a_huge_exception_message_is_cut_to_its_head_and_tail(runner):
     assert "start of the message" in output and "end of the message" in output, describe(proc)
     assert re.search(r"\.\.\. \(\d+ characters of this (message|traceback) left out\) \.\.\.", output), describe(proc)
     assert len(output) < 4 * (MAX_MESSAGE + MAX_TRACEBACK), len(output)
+
+
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+def test_the_runners_locals_option_reaches_rank_tracebacks(runner):
+    # unittest's --locals and pytest's -l set CONTINUOUS_TEST_TB_LOCALS for the ranks.
+    env = {"CONTINUOUS_TEST_BISECT": "off"}
+    run = helpers.python if runner == "python" else helpers.pytest
+    shown = run("test_locals.py", "--locals" if runner == "python" else "-l", env=env)
+    assert "a_local_to_show = 12345" in shown.stdout + shown.stderr, describe(shown)
+    plain = run("test_locals.py", env=env)
+    assert "a_local_to_show = " not in plain.stdout + plain.stderr, describe(plain)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Optional
 
 from continuous_test import config
-from continuous_test.wire.env import ENV_HEARTBEAT, ENV_LIVE_OUTPUT, parse_switch
+from continuous_test.wire.env import ENV_HEARTBEAT, ENV_LIVE_OUTPUT, ENV_TB_LOCALS, parse_switch
 
 __all__ = [
     "Progress",
@@ -72,6 +72,8 @@ def observe(result: Any) -> None:
         return
     stream = getattr(result, "stream", None)
     _where.verbose = bool(getattr(result, "showAll", False))
+    if getattr(result, "tb_locals", False):  # --locals: the ranks' tracebacks show them too
+        os.environ[ENV_TB_LOCALS] = "1"
     _where.emit = _stream_emitter(stream) if stream is not None else None
 
 

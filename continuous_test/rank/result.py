@@ -13,6 +13,7 @@ import sys
 import unittest
 from typing import List, Optional, Tuple
 
+from continuous_test.wire.env import ENV_TB_LOCALS
 from continuous_test.wire.outcome import ErrorRecord, Event, EventKind, ExpectValue, SubTestId, torch_skip_reason
 
 
@@ -42,6 +43,8 @@ class RankResult(unittest.TestResult):
         self.events: List[Event] = []
         # MultiProcessTestCase ranks may end a test with sys.exit(code) on purpose.
         self.exits_allowed = exits_allowed
+        # The runner shows local variables (unittest's --locals, pytest's -l): so do ranks.
+        self.tb_locals = os.environ.get(ENV_TB_LOCALS) == "1"
         self.requested_exit: Optional[int] = None
 
     def _record(self, kind: EventKind, test, err=None, reason=None, subtest=None) -> None:

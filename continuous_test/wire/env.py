@@ -43,6 +43,7 @@ __all__ = [
     "ENV_PRIVATE_DIR",
     "ENV_TEMPLATE_PID",
     "ENV_PRELOAD_MAIN",
+    "ENV_TB_LOCALS",
     "SWITCHES",
     "ON_WORDS",
     "OFF_WORDS",
@@ -88,6 +89,9 @@ ENV_PRIVATE_DIR = "CONTINUOUS_TEST_PRIVATE_DIR"
 ENV_TEMPLATE_PID = "CONTINUOUS_TEST_TEMPLATE_PID"
 # The test file a fresh-interpreter template imports (a file run as a script).
 ENV_PRELOAD_MAIN = "CONTINUOUS_TEST_PRELOAD_MAIN"
+# Set by a controller whose runner shows local variables in tracebacks (unittest's
+# --locals, pytest's -l): ranks format their tracebacks with them too.
+ENV_TB_LOCALS = "CONTINUOUS_TEST_TB_LOCALS"
 
 ON_WORDS = ("1", "on", "true", "yes")
 OFF_WORDS = ("0", "off", "false", "no")
