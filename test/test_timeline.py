@@ -173,6 +173,14 @@ def test_torchrun_time_limit_report_gathers_every_rank():
     assert re.search(r"rank 0: all_reduce #1 \[float32\(8\)\] at test_timeline_launched.py:\d+ \(waiting\)\n"
                      r"rank 1: broadcast #1 \[float32\(8\)\] at test_timeline_launched.py:\d+ \(waiting\)\n"
                      r"first divergence at #1", proc.stderr), describe(proc)
+    # Every rank hangs: rank 0 prints each rank's stacks, labelled, and unittest's summary.
+    assert re.search(r"rank 0 stacks \(timed out\):\n.*in test_b_different_collectives\n\s+dist.all_reduce", proc.stderr,
+                     re.S), describe(proc)
+    assert re.search(r"rank 1 stacks \(timed out\):\n.*in test_b_different_collectives\n\s+dist.broadcast", proc.stderr,
+                     re.S), describe(proc)
+    assert re.search(r"\nRan 1 test in [\d.]+s\n\nFAILED \(LaunchedDivergeTest.test_b_different_collectives exceeded",
+                     proc.stderr), describe(proc)
+    assert proc.stderr.count("first divergence at #1") == 1, describe(proc)  # rank 0 prints the timeline, once
 
 
 def test_timeline_groups_ranks_and_finds_the_first_divergence():

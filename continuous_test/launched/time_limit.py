@@ -28,6 +28,7 @@ from continuous_test.launched.join import STORE_PREFIX
 from continuous_test.rank import recorder
 from continuous_test.rank.run import format_stacks
 from continuous_test.verdict import timeline
+from continuous_test.verdict.text import indent, prefix_lines
 from continuous_test.wire import records
 from continuous_test.wire.outcome import EventKind, FaultKind, RankFault, RankOutcome
 
@@ -130,7 +131,10 @@ class TimeLimit:
         print(TIME_LIMIT_EXCEEDED.format(test=self.test, limit=self.limit, rank=rank, code=EXIT_TIME_LIMIT),
               file=sys.stderr, flush=True)
         stacks = format_stacks()
-        print(stacks, file=sys.stderr, flush=True)
+        if rank != 0:  # labelled: the launcher interleaves every rank's lines
+            print(prefix_lines(rank, stacks), file=sys.stderr, flush=True)
+        else:
+            print(f"rank 0 stacks ({FaultKind.TIMED_OUT.words}):\n{indent(stacks)}", file=sys.stderr, flush=True)
         try:
             import torch.distributed as dist
 
@@ -142,12 +146,16 @@ class TimeLimit:
             # Everything this rank prints comes before its fault is published: the
             # fault lets rank 0 go on to print its report, which must not interleave.
             _print_peer_errors(store, self.launch, self.test, self.grace)
-            if own is not None:
+            if own is not None and rank == 0:  # the other ranks' records reach rank 0, which prints it once
                 print(_peers_timeline(store, self.launch, own), file=sys.stderr, flush=True)
             store.set(str(rank), pickle.dumps(RankFault(rank, FaultKind.TIMED_OUT, stacks=stacks)))  # type: ignore[arg-type]
             if rank != 0:  # give rank 0 the time to print its report, which holds this timeout
                 run.set_timeout(timedelta(seconds=self.report_wait))
                 run.wait(["reported"])
+            else:  # the report of the launch: every rank's stacks, then a summary, then the peers may go
+                _print_peer_stacks(store, self.launch, self.grace)
+                print(_summary(self.key, self.test), file=sys.stderr, flush=True)
+                run.set("reported", "1")
         except Exception as exc:  # best effort: exiting is what matters now
             print(f"continuous_test: rank {rank}: {exc}", file=sys.stderr, flush=True)
         finally:
@@ -187,6 +195,34 @@ def _peers_timeline(store: Any, launch: Launch, own: bytes) -> str:
             time.sleep(0.05)
     ranks.update((rank, None) for rank in pending)
     return timeline.HEADING + "\n" + timeline.build(ranks).text
+
+
+def _print_peer_stacks(store: Any, launch: Launch, grace: float) -> None:
+    """Rank 0, its own limit expired: the stacks its peers published with their faults, labelled."""
+    deadline = time.monotonic() + grace
+    for rank in range(1, launch.world_size):
+        store.set_timeout(timedelta(seconds=max(0.01, deadline - time.monotonic())))
+        try:
+            value = pickle.loads(store.get(str(rank)))
+        except Exception:
+            print(f"rank {rank} stacks: none published within {grace:g} s", file=sys.stderr, flush=True)
+            continue
+        if isinstance(value, RankFault) and value.stacks:
+            print(f"rank {rank} stacks ({value.kind.words}):\n{indent(value.stacks)}", file=sys.stderr, flush=True)
+
+
+# When this launched process started: the summary's "Ran N tests in S".
+_STARTED = time.monotonic()
+
+
+def _summary(key: str, test: str) -> str:
+    """unittest's summary lines for a launch that ends at ``test`` (its key ``test/<seq>/<test>``)."""
+    try:
+        ran = int(key.split("/")[1])
+    except (IndexError, ValueError):
+        ran = 0
+    return (f"{'-' * 70}\nRan {ran} test{'s' if ran != 1 else ''} in {time.monotonic() - _STARTED:.3f}s\n\n"
+            f"FAILED ({test} exceeded its time limit; the launch ends here)")
 
 
 def _print_peer_errors(store, launch: Launch, test: str, grace: float) -> None:
