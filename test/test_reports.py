@@ -311,3 +311,9 @@ def test_the_runners_locals_option_reaches_rank_tracebacks(runner):
     assert "a_local_to_show = 12345" in shown.stdout + shown.stderr, describe(shown)
     plain = run("test_locals.py", env=env)
     assert "a_local_to_show = " not in plain.stdout + plain.stderr, describe(plain)
+
+
+def test_docs_reports_page_shows_a_current_capture_of_each_kind_within_60_lines():
+    # unittest, pytest, xdist, torchrun with one rank failing, torchrun with every rank hung.
+    proc = helpers.run([sys.executable, str(helpers.ROOT / "docs" / "capture_reports.py"), "--check"], timeout=600)
+    assert proc.returncode == 0, describe(proc)

@@ -1,9 +1,11 @@
 """The per-test time limit of a launched rank: report what it can, then end the rank.
 
-When a test outlives its limit, the rank prints which test it was running and the
-stacks of all its threads, prints the errors its peers published and the
-collective timeline, publishes that it timed out (so its peers stop waiting and
-report it), then exits with :data:`EXIT_TIME_LIMIT`, so the launcher ends the job.
+When a test outlives its limit, the rank prints which test it was running and
+publishes the stacks of all its threads and its records with the fact that it
+timed out (so its peers stop waiting and report it), then exits with
+:data:`EXIT_TIME_LIMIT`, so the launcher ends the job.  Rank 0 prints the
+errors its peers published, every rank's stacks, labelled, the collective
+timeline and unittest's summary.
 A faulthandler backstop ends a rank whose main thread holds the GIL for good.
 
 The same watch ends a rank that is still in the test the grace period after a
@@ -28,7 +30,7 @@ from continuous_test.launched.join import STORE_PREFIX
 from continuous_test.rank import recorder
 from continuous_test.rank.run import format_stacks
 from continuous_test.verdict import timeline
-from continuous_test.verdict.text import indent, prefix_lines
+from continuous_test.verdict.text import indent
 from continuous_test.wire import records
 from continuous_test.wire.outcome import EventKind, FaultKind, RankFault, RankOutcome
 
@@ -131,9 +133,9 @@ class TimeLimit:
         print(TIME_LIMIT_EXCEEDED.format(test=self.test, limit=self.limit, rank=rank, code=EXIT_TIME_LIMIT),
               file=sys.stderr, flush=True)
         stacks = format_stacks()
-        if rank != 0:  # labelled: the launcher interleaves every rank's lines
-            print(prefix_lines(rank, stacks), file=sys.stderr, flush=True)
-        else:
+        # Rank 0 prints every rank's stacks, labelled (its own now, its peers' from their
+        # published faults); another rank's reach rank 0's report through the store.
+        if rank == 0:
             print(f"rank 0 stacks ({FaultKind.TIMED_OUT.words}):\n{indent(stacks)}", file=sys.stderr, flush=True)
         try:
             import torch.distributed as dist
@@ -145,7 +147,8 @@ class TimeLimit:
                 store.set(f"records/{rank}", own)  # type: ignore[arg-type]
             # Everything this rank prints comes before its fault is published: the
             # fault lets rank 0 go on to print its report, which must not interleave.
-            _print_peer_errors(store, self.launch, self.test, self.grace)
+            if rank == 0:
+                _print_peer_errors(store, self.launch, self.test, self.grace)
             if own is not None and rank == 0:  # the other ranks' records reach rank 0, which prints it once
                 print(_peers_timeline(store, self.launch, own), file=sys.stderr, flush=True)
             store.set(str(rank), pickle.dumps(RankFault(rank, FaultKind.TIMED_OUT, stacks=stacks)))  # type: ignore[arg-type]
