@@ -294,12 +294,14 @@ def _groups() -> Tuple[Optional[Tuple[Any, int, int]], frozenset]:
     return default, frozenset(world.pg_names)
 
 
-def check(before: Snapshot, policy: str, own_files: Optional[AbstractSet[str]] = None) -> Optional[LeakReport]:
+def check(before: Snapshot, policy: str,
+          own_files: Optional[Callable[[], AbstractSet[str]]] = None) -> Optional[LeakReport]:
     """Compare with ``before``, put back what can be, and report (None: no change); due after tearDown and cleanups.
 
-    ``own_files``: the test's own code files (absolute paths), which tell a
+    ``own_files``: gives the test's own code files (absolute paths), which tell a
     thread the test started from one a library started (:func:`_check_threads`);
-    None counts every new thread as the test's.
+    asked only when a new thread is still running.  None counts every new
+    thread as the test's.
     """
     found: List[Leak] = []
     _check_scalars(before, found)
@@ -477,7 +479,7 @@ def _check_hooks(old: Tuple[tuple, ...], found: List[Leak]) -> None:
         found.append(Leak(label, f"{len(items)} hook(s)", _cut(after), True))
 
 
-def _check_threads(old: set, found: List[Leak], own_files: Optional[AbstractSet[str]]) -> None:
+def _check_threads(old: set, found: List[Leak], own_files: Optional[Callable[[], AbstractSet[str]]]) -> None:
     """Threads started during the test and still running: the test's are a leak, a library's are kept.
 
     Whose a thread is depends on the code that started it: the innermost frame
@@ -491,12 +493,15 @@ def _check_threads(old: set, found: List[Leak], own_files: Optional[AbstractSet[
     them (torch.compile's thread pool), and restarting the world would not make
     them go away for long; they are left alone.
     """
+    own: Optional[AbstractSet[str]] = None
     for thread in threading.enumerate():
         if thread in old:
             continue
         site = _started_at.get(thread) or _code_site(thread)
-        if own_files is not None and (site is None or site[0] not in own_files):
-            continue
+        if own_files is not None:
+            own = own_files() if own is None else own
+            if site is None or site[0] not in own:
+                continue
         thread.join(THREAD_GRACE)
         if thread.is_alive():
             kind = "daemon" if thread.daemon else "non-daemon"
@@ -513,11 +518,16 @@ def _modes() -> Tuple[tuple, tuple, Any]:
 
     And the device ``torch.device`` contexts made current (``torch.utils._device.CURRENT_DEVICE``).
     """
-    from torch.overrides import _get_current_function_mode_stack
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+    function: tuple = ()
+    dispatch: tuple = ()
+    if torch._C._len_torch_function_stack():  # a C call; the stacks are read only when not empty
+        from torch.overrides import _get_current_function_mode_stack
 
-    function = tuple(_get_current_function_mode_stack()) if torch._C._len_torch_function_stack() else ()
-    dispatch = tuple(_get_current_dispatch_mode_stack()) if torch._C._len_torch_dispatch_stack() else ()
+        function = tuple(_get_current_function_mode_stack())
+    if torch._C._len_torch_dispatch_stack():
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        dispatch = tuple(_get_current_dispatch_mode_stack())
     return function, dispatch, _current_device()
 
 

@@ -219,7 +219,7 @@ def run_case(case: unittest.TestCase, rank: int, policy: str) -> RankOutcome:
     seed_everything(SEED)
     result = RankResult()
     run_real(case, result)
-    report = leaks.check(before, policy, own_files(case)) if before is not None else None
+    report = leaks.check(before, policy, lambda: own_files(case)) if before is not None else None
     _release_subgroups(groups)
     flush_output()
     return RankOutcome(rank, result.events, group_changed=default_group_changed(), leaks=report,
