@@ -111,14 +111,36 @@ def _set_cudnn(value: Tuple[bool, ...]) -> None:
         setattr(torch.backends.cudnn, name, flag)
 
 
+def _proc_read(path: str) -> Optional[bytes]:
+    """The content of a /proc file of this process, read again through a descriptor kept open (None: unreadable).
+
+    Opening costs more than the rest of a snapshot; a procfs file read from
+    offset 0 is generated afresh.  A descriptor opened before a fork names the
+    parent's entry, so it is kept per process.
+    """
+    pid = os.getpid()
+    cached = _proc_fds.get(path)
+    try:
+        if cached is None or cached[0] != pid:
+            cached = _proc_fds[path] = (pid, os.open(path, os.O_RDONLY))
+        return os.pread(cached[1], 65536, 0)
+    except OSError:
+        _proc_fds.pop(path, None)
+        return None
+
+
+# /proc path -> (the pid that opened it, its descriptor).
+_proc_fds: Dict[str, Tuple[int, int]] = {}
+
+
 def _umask() -> int:
-    try:  # Linux 4.7 and later say it without changing it
-        with open("/proc/self/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
+    status = _proc_read("/proc/self/status")  # Linux 4.7 and later say it without changing it
+    at = status.find(b"\nUmask:") if status else -1
+    if status and at >= 0:
+        try:
+            return int(status[at + 7:status.index(b"\n", at + 1)].strip(), 8)
+        except ValueError:
+            pass
     mask = os.umask(0o022)  # reading the mask sets it: put it back at once
     os.umask(mask)
     return mask
@@ -572,11 +594,7 @@ def _describe_modes(modes: tuple) -> str:
 
 def _children() -> Optional[bytes]:
     """The children of the thread that runs tests, as the kernel lists them (None where it does not)."""
-    try:
-        with open(f"/proc/self/task/{threading.get_native_id()}/children", "rb") as f:
-            return f.read()
-    except OSError:
-        return None
+    return _proc_read(f"/proc/self/task/{threading.get_native_id()}/children")
 
 
 def _check_children(old: bytes, found: List[Leak]) -> None:
