@@ -33,6 +33,7 @@ import os
 import signal
 import sys
 import sysconfig
+import time
 import threading
 import warnings
 import weakref
@@ -627,7 +628,27 @@ def _end_if_outside_group(pid: int) -> Optional[str]:
             os.kill(pid, signal.SIGKILL)
     except OSError:  # it ended meanwhile
         return None
+    _wait_exited(pid)
     return command
+
+
+def _wait_exited(pid: int, bound: float = 2.0) -> None:
+    """Wait (up to ``bound`` seconds) until child ``pid`` has exited, leaving it unreaped.
+
+    A SIGKILL is delivered asynchronously: the next test must find the child
+    ended (``Popen.poll()`` not None), so wait for the kernel to finish it.
+    ``WNOWAIT`` leaves the exit status for the test's own ``Popen`` to collect.
+    """
+    deadline = time.monotonic() + bound
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return
+        except ChildProcessError:  # already reaped by someone
+            return
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.001)
 
 
 # -- where threads were started --------------------------------------------------------
