@@ -289,17 +289,32 @@ def test_a_big_output_is_bounded_in_the_report_and_kept_whole_on_disk(keep):
         shutil.rmtree(os.path.dirname(paths[0]), ignore_errors=True)
 
 
-@pytest.mark.parametrize("runner", ["python", "pytest"])
-def test_a_huge_exception_message_is_cut_to_its_head_and_tail(runner):
-    # A 20 MB message was printed twice (40 MB on unittest's stream).
-    from continuous_test.wire.outcome import MAX_MESSAGE, MAX_TRACEBACK
+@pytest.mark.parametrize("runner", ["python", "pytest", "python-keep"])
+def test_a_huge_exception_message_is_cut_to_its_head_and_tail_and_kept_whole_on_disk(runner):
+    # A 20 MB message was printed twice (40 MB on unittest's stream); the whole of it is in a file the report names.
+    from continuous_test.wire.outcome import MAX_HEADLINE, MAX_MESSAGE, MAX_TRACEBACK
 
-    env = {"CONTINUOUS_TEST_BISECT": "off"}
-    proc = (helpers.python if runner == "python" else helpers.pytest)("test_big_message.py", env=env)
+    env = {"CONTINUOUS_TEST_BISECT": "off", **({"CONTINUOUS_TEST_KEEP_OUTPUT": "1"} if runner.endswith("keep") else {})}
+    proc = (helpers.pytest if runner == "pytest" else helpers.python)("test_big_message.py", env=env)
     output = proc.stdout + proc.stderr
     assert "start of the message" in output and "end of the message" in output, describe(proc)
-    assert re.search(r"\.\.\. \(\d+ characters of this (message|traceback) left out\) \.\.\.", output), describe(proc)
+    notes = re.findall(r"\.\.\. \(\d+ characters of this (?:message|traceback) left out; "
+                       r"the whole traceback and message: (\S+)\) \.\.\.", output)
+    assert notes, describe(proc)
     assert len(output) < 4 * (MAX_MESSAGE + MAX_TRACEBACK), len(output)
+    assert all(len(line) < MAX_HEADLINE + 100 for line in output.splitlines() if line.startswith("rank ")), output
+    try:
+        if runner.endswith("keep"):
+            with open(notes[0]) as f:
+                whole = f.read()
+            assert "y" * 20_000_000 + " end of the message" in whole and "Traceback" in whole
+            assert oct(os.stat(notes[0]).st_mode & 0o777) == "0o600"
+        else:  # kept until the run ended, not after
+            assert not any(os.path.exists(path) for path in notes), notes
+    finally:
+        import shutil
+
+        shutil.rmtree(os.path.dirname(notes[0]), ignore_errors=True)
 
 
 @pytest.mark.parametrize("runner", ["python", "pytest"])

@@ -4,22 +4,16 @@ A test that prints megabytes would print them again in its report (twice under
 pytest, and once more in a junit body).  A report shows at most
 :data:`HEAD_LINES` lines from the start and :data:`TAIL_LINES` from the end of
 each rank's output (each line cut to :data:`MAX_LINE` characters), with the
-number of lines left out and the path of a file holding the whole output.  Those
-files live in one private directory per run, removed when the run ends, unless
-``CONTINUOUS_TEST_KEEP_OUTPUT=1`` keeps them (the report names the path either way).
+number of lines left out and the path of a file holding the whole output
+(``continuous_test.wire.kept``: removed when the run ends, unless
+``CONTINUOUS_TEST_KEEP_OUTPUT=1`` keeps it; the report names the path either way).
 
 Controller side only.
 """
 from __future__ import annotations
 
-import atexit
-import os
-import re
-import shutil
-import tempfile
-from typing import Optional
-
-from continuous_test.wire.env import ENV_KEEP_OUTPUT, parse_switch
+from continuous_test.wire import kept
+from continuous_test.wire.env import ENV_KEEP_OUTPUT
 
 __all__ = ["bounded", "HEAD_LINES", "TAIL_LINES", "MAX_LINE", "LEFT_OUT", "ENV_KEEP_OUTPUT"]
 
@@ -27,8 +21,6 @@ HEAD_LINES = 100
 TAIL_LINES = 100
 MAX_LINE = 2000
 LEFT_OUT = "... {lines} line(s), {chars} character(s) left out; the whole output of rank {rank}: {path}\n"
-
-_run_dir: Optional[str] = None
 
 
 def bounded(text: str, test: str, rank: int) -> str:
@@ -53,14 +45,5 @@ def _cut(line: str) -> str:
 
 
 def _save(text: str, test: str, rank: int) -> str:
-    """Write the whole output to this run's directory; its path."""
-    global _run_dir
-    if _run_dir is None:
-        _run_dir = tempfile.mkdtemp(prefix="continuous_test-output-")  # mode 0700
-        if not parse_switch(ENV_KEEP_OUTPUT):
-            atexit.register(shutil.rmtree, _run_dir, True)
-    name = re.sub(r"[^\w.-]", "_", test)[:150]
-    path = os.path.join(_run_dir, f"{name}.rank{rank}.log")
-    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
-        f.write(text)
-    return path
+    """Write the whole output to this run's directory of whole texts; its path."""
+    return kept.save(text, f"{test}.rank{rank}.log")

@@ -24,7 +24,7 @@ from typing import Any, List, Optional, Sequence
 from continuous_test._procfs import running
 from continuous_test.controller import coverage as controller_coverage
 from continuous_test.template import server as template
-from continuous_test.wire import messages
+from continuous_test.wire import kept, messages
 from continuous_test.wire.messages import Assign, ClassSettings, RankKind, RankSpec
 
 __all__ = [
@@ -125,7 +125,7 @@ def rank_specs(cls: type, settings: ClassSettings, world_dir: str, kind: RankKin
     return [RankSpec(rank, settings.world_size, cls.__module__, cls.__qualname__, module_file,
                      world_dir, rendezvous, os.path.join(world_dir, f"rank{rank}.log"), env,
                      private, kind, method, controller_pid=controller, parent_pid=parent, settings=settings,
-                     torch_settings=template.process_settings())
+                     torch_settings=template.process_settings(), output_dir=kept.directory())
             for rank in range(settings.world_size)]
 
 

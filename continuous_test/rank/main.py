@@ -45,7 +45,7 @@ from continuous_test.rank.run import (
     set_world_size,
     template_cuda_initialized,
 )
-from continuous_test.wire import messages
+from continuous_test.wire import kept, messages
 from continuous_test.wire.env import ENV_RANK_MARKER
 from continuous_test.wire.messages import (
     Assign,
@@ -214,6 +214,7 @@ def rank_main(spec: RankSpec, conn, control) -> None:
     if forked_ahead:
         spec = _assigned(spec, conn)
     recorder.open_ring(records_path(spec.world_dir, spec.rank), spec.rank)
+    kept.use(spec.output_dir)
     _role.enter(RankContext(spec.rank, spec.world_size, spec, forked_ahead))
     channel = _Channel(conn, control)
     threading.Thread(target=channel.watch, args=(spec,), name="continuous_test-listener", daemon=True).start()

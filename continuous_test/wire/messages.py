@@ -87,6 +87,9 @@ class RankSpec:
     # torch's process-wide settings as the controller had them when the tests were
     # imported and none had run (template.server.process_settings): name -> value.
     torch_settings: dict = field(default_factory=dict)
+    # Where the rank keeps the whole text of an exception message a report cuts
+    # (the controller's directory of whole texts, continuous_test.wire.kept).
+    output_dir: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import pickle
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 __all__ = [
     "EventKind",
@@ -76,8 +76,10 @@ class ErrorRecord:
         return f"{module}.{self.type_qualname}"
 
     def headline(self) -> str:
-        """First line of the error, as ``Type: message``."""
+        """First line of the error, as ``Type: message`` (a line longer than a screenful is cut)."""
         first = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        if len(first) > MAX_HEADLINE:
+            first = f"{first[:MAX_HEADLINE]} ... ({len(first) - MAX_HEADLINE} characters more)"
         return f"{self.type_name}: {first}" if first else self.type_name
 
     def exception(self) -> Optional[BaseException]:
@@ -97,11 +99,12 @@ class ErrorRecord:
         if formatted is None:
             formatted = "".join(traceback.format_exception(etype, exc, exc.__traceback__))
         message = _safe_str(exc)
+        whole = _Whole(formatted, f"{etype.__qualname__}.{os.getpid()}.txt")  # the traceback holds the message
         return cls(
             type_module=etype.__module__,
             type_qualname=etype.__qualname__,
-            message=bounded_text(message, MAX_MESSAGE),
-            traceback=bounded_text(formatted, MAX_TRACEBACK, "traceback"),
+            message=bounded_text(message, MAX_MESSAGE, "message", whole.path),
+            traceback=bounded_text(formatted, MAX_TRACEBACK, "traceback", whole.path),
             is_failure=isinstance(exc, AssertionError),
             # A huge message would travel and be kept whole in the pickle: its text, cut, is enough.
             pickled=_pickled(exc) if len(message) <= MAX_MESSAGE else None,
@@ -306,18 +309,39 @@ def exit_description(exitcode: Optional[int]) -> str:
 
 
 # The most of a rank's exception message, and of its formatted traceback, that a
-# report shows: longer ones keep their head and tail (docs/reports.rst).
+# report shows: longer ones keep their head and tail, and the whole text is kept
+# on disk (docs/reports.rst).
 MAX_MESSAGE = 10_000
 MAX_TRACEBACK = 50_000
-CUT = "\n... ({chars} characters of this {what} left out) ...\n"
+# The most of a message's first line that a one-line summary of it shows.
+MAX_HEADLINE = 500
+CUT = "\n... ({chars} characters of this {what} left out; the whole traceback and message: {path}) ...\n"
 
 
-def bounded_text(text: str, limit: int, what: str = "message") -> str:
-    """``text`` if it is at most ``limit`` characters, else its first and last parts and how much was left out."""
+def bounded_text(text: str, limit: int, what: str, whole: Callable[[], str]) -> str:
+    """``text`` if it is at most ``limit`` characters, else its first and last parts around a note.
+
+    The note says how much was left out and where the whole text is: the path
+    ``whole()`` gives, where it has been kept.
+    """
     if len(text) <= limit:
         return text
     head, tail = text[:limit * 3 // 4], text[-(limit // 4):]
-    return head + CUT.format(chars=len(text) - len(head) - len(tail), what=what) + tail
+    return head + CUT.format(chars=len(text) - len(head) - len(tail), what=what, path=whole()) + tail
+
+
+class _Whole:
+    """A text kept whole on disk the first time its path is asked for (``continuous_test.wire.kept``)."""
+
+    def __init__(self, text: str, name: str) -> None:
+        self._text, self._name, self._path = text, name, ""
+
+    def path(self) -> str:
+        if not self._path:
+            from continuous_test.wire import kept  # only when a text is cut
+
+            self._path = kept.save(self._text, self._name)
+        return self._path
 
 
 def _safe_str(exc: BaseException) -> str:
