@@ -317,6 +317,18 @@ def test_a_huge_exception_message_is_cut_to_its_head_and_tail_and_kept_whole_on_
         shutil.rmtree(os.path.dirname(notes[0]), ignore_errors=True)
 
 
+def test_junit_bodies_are_bounded_too(tmp_path):
+    # 5 MB of rank output once made a 5.6 MB junit body; a 20 MB message made a larger one.
+    junit = tmp_path / "junit.xml"
+    proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_big_output.py",
+                        "test_big_message.py", f"--junitxml={junit}", "-o", "junit_logging=all"],
+                       env={"CONTINUOUS_TEST_BISECT": "off"})
+    assert helpers.pytest_counts(proc.stdout) == {"failed": 2}, describe(proc)
+    body = junit.read_text()
+    assert "start of the message" in body and "after a lot of output" in body, body[:2000]
+    assert len(body) < 10_000, len(body)  # 3 213 bytes when written
+
+
 @pytest.mark.parametrize("runner", ["python", "pytest"])
 def test_the_runners_locals_option_reaches_rank_tracebacks(runner):
     # unittest's --locals and pytest's -l set CONTINUOUS_TEST_TB_LOCALS for the ranks.
