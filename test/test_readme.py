@@ -191,3 +191,42 @@ def test_test_readme_maps_every_variable_to_tests_that_name_it():
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def _literal_block_after(text: str, heading: str) -> str:
+    """The first ``::`` literal block of README section ``heading``, unindented."""
+    section = text[text.index(f"\n{heading}\n"):]
+    found = re.search(r"::\n\n((?:(?:    .*)?\n)+)", section)
+    assert found, f"no literal block under {heading!r}"
+    return _unindent(found.group(1)).strip() + "\n"
+
+
+def test_the_install_steps_work_literally_in_a_fresh_venv(tmp_path):
+    # The README's Install block, then its Quick start's example command, run as one
+    # bash script in an empty directory, exactly as written, but for the clone URL
+    # (this checkout's committed tree) and one pip setting: this machine reaches no
+    # index but PyPI, so the unreachable one is not retried (PIP_RETRIES=0), and pip
+    # takes torch's CPU wheel from its configured local sources instead.
+    import os
+    import subprocess
+
+    readme = (ROOT / "README.rst").read_text()
+    install = _literal_block_after(readme, "Install")
+    example = _literal_block_after(readme, "Quick start").splitlines()[0]
+    assert example.startswith("python examples/"), example
+    assert "<this repository's URL>" in install and "pip install -e" in install
+    script = "set -eu\n" + install.replace("<this repository's URL>", str(ROOT)) + example + "\n"
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME") and not key.startswith("CONTINUOUS_TEST_")}
+    # Without this checkout's virtual environment on PATH: the steps make their own.
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
+                                  if not p.startswith(str(ROOT)) and not p.startswith(sys.prefix))
+    env["PIP_RETRIES"] = "0"
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, describe(proc)
+    assert re.search(r"^OK\b", proc.stderr, re.M), describe(proc)
+    venv_python = tmp_path / "continuous_test" / ".venv" / "bin" / "python"
+    check = subprocess.run([str(venv_python), "-c", "import continuous_test, torch; print(continuous_test.__file__)"],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert str(tmp_path) in check.stdout, describe(check)  # the clone's package, not this checkout's
