@@ -228,5 +228,5 @@ def test_the_install_steps_work_literally_in_a_fresh_venv(tmp_path):
     assert re.search(r"^OK\b", proc.stderr, re.M), describe(proc)
     venv_python = tmp_path / "continuous_test" / ".venv" / "bin" / "python"
     check = subprocess.run([str(venv_python), "-c", "import continuous_test, torch; print(continuous_test.__file__)"],
-                           capture_output=True, text=True, env=env, timeout=120)
+                           capture_output=True, text=True, env=env, cwd="/", timeout=120)
     assert str(tmp_path) in check.stdout, describe(check)  # the clone's package, not this checkout's
