@@ -16,6 +16,13 @@
   every failure report), ``--ct-bisect SECONDS|off`` bounds rerunning and bisecting
   failed tests.  See :mod:`continuous_test.rank.leaks`, :mod:`continuous_test.controller.shuffle` and
   :mod:`continuous_test.controller.bisect`.
+* **Verdicts for machines.**  Every diagnosis made about a test (failing ranks,
+  the rerun-and-bisect verdict and its polluters, leaks, the shuffle seed, the world
+  and its restarts) is a property of the test, which ``--junitxml`` writes.
+  ``--ct-report=FILE.json`` writes the whole run (every world's starts, every
+  test's times), ``--ct-report-html=FILE`` its picture
+  (:mod:`continuous_test.controller.run_log`, :mod:`continuous_test.report_html`);
+  under xdist each worker sends its part to the main process, which writes them.
 * **Module worlds.**  The shared world of a module's ``@distributed`` functions is
   stopped when the last test of that module is done.
 """
@@ -43,6 +50,8 @@ __all__ = [
     "pytest_sessionstart",
     "pytest_load_initial_conftests",
     "pytest_unconfigure",
+    "pytest_sessionfinish",
+    "pytest_testnodedown",
 ]
 
 TIMEOUT_HELP = "per-test time limit in seconds for distributed tests (overrides CONTINUOUS_TEST_TIMEOUT)"
@@ -56,6 +65,8 @@ WORLD_SIZE_ON_A_TEST = (
     "starts it; mark the class (or the module), give a @distributed function its world_size=, or make the "
     "test a MultiProcessTestCase test, whose ranks are its own"
 )
+REPORT_HELP = "write the run's JSON report (worlds, tests, times, diagnoses) to FILE (CONTINUOUS_TEST_REPORT)"
+REPORT_HTML_HELP = "draw the run as one self-contained HTML page in FILE (CONTINUOUS_TEST_REPORT_HTML)"
 BISECT_HELP = "seconds per run for rerunning and bisecting failed distributed tests, or off (default 120)"
 
 
@@ -68,6 +79,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ct-shuffle", dest="ct_shuffle", default=None, nargs="?", const=SHUFFLE_RANDOM, metavar="SEED",
                     help=SHUFFLE_HELP)
     group.addoption("--ct-bisect", dest="ct_bisect", default=None, metavar="SECONDS", help=BISECT_HELP)
+    group.addoption("--ct-report", dest="ct_report", default=None, metavar="FILE", help=REPORT_HELP)
+    group.addoption("--ct-report-html", dest="ct_report_html", default=None, metavar="FILE", help=REPORT_HTML_HELP)
     group.addoption("--ct-live-output", dest="ct_live_output", action="store_true", default=None,
                     help=LIVE_OUTPUT_HELP)
     parser.addini("ct_timeout", TIMEOUT_HELP, default=None)
@@ -77,6 +90,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 _OVERRIDES = pytest.StashKey[Overrides]()
 _MARKED = pytest.StashKey[Overrides]()
 _SAVED_ENV = pytest.StashKey[dict]()
+_OUTCOME = pytest.StashKey[str]()  # how a test ended so far, in the run report's words
+_PARTS = pytest.StashKey[list]()  # the run reports xdist's workers sent
+WORKER_OUTPUT_KEY = "continuous_test_run_report"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -108,6 +124,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Kept on this session's config, never in module globals: a later session in
     # the same process starts clean.
     config.stash[_OVERRIDES] = ct_config.Overrides(time_limit=limit, world_size=size)
+    config.stash[_PARTS] = []
+    from continuous_test.controller import run_log
+
+    run_log.reset()  # a later session in the same process starts a new record
     _progress_through_terminal(config)
 
 
@@ -270,8 +290,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
     """Run each distributed test with this session's options and its own markers in force."""
     from continuous_test.controller import ahead
 
+    from continuous_test.controller import run_log
+
     overrides = item.stash.get(_MARKED, None)
     ahead.set_pytest_next(_next_in_world(item, nextitem))
+    run_log.log().begin(item.nodeid)
     try:
         if overrides is None:
             yield
@@ -282,6 +305,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
             yield
     finally:
         ahead.set_pytest_next(None)
+        run_log.log().end(item.nodeid, item.stash.get(_OUTCOME, "unknown"))
 
 
 # Markers under which pytest itself may skip an item, or not run it as collected.
@@ -340,8 +364,12 @@ def _function_fixtures(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """Add one section per rank that did not pass, and the failing ranks as a property."""
+    """Add one section per rank that did not pass, and the failing ranks as a property; at teardown, every
+    other diagnosis of the test as a property (junitxml reads the teardown report's)."""
+    if call.when == "teardown":
+        _add_properties(item)
     outcome = yield
+    _note_outcome(item, call.when, outcome.get_result())
     if call.excinfo is not None and outcome.get_result().failed:
         _add_seed_section(outcome.get_result())
     if call.when != "call" or call.excinfo is None:
@@ -370,6 +398,61 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     failing = ",".join(str(r) for r, info in sorted(ranks.items()) if info.status.is_problem)
     item.user_properties.append(("failing_ranks", failing))
     _summary_message(item, report, call.excinfo)
+
+
+def _add_properties(item: pytest.Item) -> None:
+    from continuous_test.controller import run_log
+
+    have = {name for name, _ in item.user_properties}
+    item.user_properties.extend(p for p in run_log.log().properties(item.nodeid) if p[0] not in have)
+
+
+def _note_outcome(item: pytest.Item, when: str, report: pytest.TestReport) -> None:
+    """Keep how the test ended so far, as the run report says it (a failure outranks the rest)."""
+    if item.stash.get(_OUTCOME, None) in ("failed", "error"):
+        return
+    if hasattr(report, "wasxfail"):
+        item.stash[_OUTCOME] = "xfailed" if report.skipped else "xpassed"
+    elif report.failed:
+        item.stash[_OUTCOME] = "failed" if when == "call" else "error"
+    elif report.skipped:
+        item.stash[_OUTCOME] = "skipped"
+    elif when == "call":
+        item.stash[_OUTCOME] = "passed"
+
+
+def _report_paths(config: pytest.Config) -> tuple:
+    from continuous_test.wire.env import ENV_REPORT, ENV_REPORT_HTML
+
+    return (config.getoption("ct_report") or os.environ.get(ENV_REPORT),
+            config.getoption("ct_report_html") or os.environ.get(ENV_REPORT_HTML))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write the run report: an xdist worker hands its part to the main process, which writes them all."""
+    config = session.config
+    json_path, html_path = _report_paths(config)
+    if not json_path and not html_path:
+        return
+    from continuous_test.controller import run_log
+
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[WORKER_OUTPUT_KEY] = run_log.log().as_dict(worker=getattr(config, "workerinput", {}).get("workerid"))
+        return
+    from continuous_test.runner import write_reports
+
+    parts: list = config.stash.get(_PARTS, [])
+    write_reports(json_path, html_path, parts)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist, in the main process: keep the run report a worker sent as it finished."""
+    part = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+    if part is not None:
+        node.config.stash.setdefault(_PARTS, []).append(part)
 
 
 @pytest.hookimpl(specname="pytest_runtest_makereport")

@@ -13,29 +13,73 @@ from __future__ import annotations
 import os
 import sys
 import unittest
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 from continuous_test import config
 from continuous_test._role import rank_class_of
 from continuous_test.controller import shuffle
 from continuous_test.launched.detect import detect, export_env
+from continuous_test.wire.env import ENV_REPORT, ENV_REPORT_HTML
 
-__all__ = ["run_tests", "ContinuousTestRunner", "ContinuousTestResult", "EXIT_INTERRUPTED", "INTERRUPTED"]
+__all__ = ["run_tests", "write_reports", "ContinuousTestRunner", "ContinuousTestResult", "EXIT_INTERRUPTED",
+           "INTERRUPTED"]
 
 EXIT_INTERRUPTED = 130
 INTERRUPTED = "Interrupted (Ctrl-C) while running {test}; the ranks were stopped. {ran}"
 
 
 class ContinuousTestResult(unittest.TextTestResult):
-    """unittest's text result that remembers the running test (for the interrupt line) and ends
-    each failure's report with the shuffle seed, if any."""
+    """unittest's text result that remembers the running test (for the interrupt line), ends
+    each failure's report with the shuffle seed, if any, and tells the run log how each test ended."""
 
     # The test last started: the one Ctrl-C interrupted, if it comes.
     current: Optional[unittest.TestCase] = None
+    # How the running test ended so far, in the run report's words.
+    _ct_outcome = "passed"
 
     def startTest(self, test: unittest.TestCase) -> None:  # noqa: N802 - unittest's name
+        from continuous_test.controller import run_log
+
         self.current = test
+        self._ct_outcome = "passed"
+        run_log.log().begin(test.id())
         super().startTest(test)
+
+    def stopTest(self, test: unittest.TestCase) -> None:  # noqa: N802 - unittest's name
+        from continuous_test.controller import run_log
+
+        super().stopTest(test)
+        run_log.log().end(test.id(), self._ct_outcome)
+
+    def _ended(self, outcome: str) -> None:
+        # A failure or error outranks the rest (a subtest's failure, then the test's success).
+        if self._ct_outcome not in ("failed", "error"):
+            self._ct_outcome = outcome
+
+    def addFailure(self, test, err) -> None:  # noqa: N802 - unittest's name
+        self._ended("failed")
+        super().addFailure(test, err)
+
+    def addError(self, test, err) -> None:  # noqa: N802 - unittest's name
+        self._ended("error")
+        super().addError(test, err)
+
+    def addSkip(self, test, reason) -> None:  # noqa: N802 - unittest's name
+        self._ended("skipped")
+        super().addSkip(test, reason)
+
+    def addExpectedFailure(self, test, err) -> None:  # noqa: N802 - unittest's name
+        self._ended("xfailed")
+        super().addExpectedFailure(test, err)
+
+    def addUnexpectedSuccess(self, test) -> None:  # noqa: N802 - unittest's name
+        self._ended("xpassed")
+        super().addUnexpectedSuccess(test)
+
+    def addSubTest(self, test, subtest, err) -> None:  # noqa: N802 - unittest's name
+        if err is not None:
+            self._ended("failed" if issubclass(err[0], test.failureException) else "error")
+        super().addSubTest(test, subtest, err)
 
     def _exc_info_to_string(self, err, test) -> str:  # noqa: N802 - unittest's name
         text = super()._exc_info_to_string(err, test)  # type: ignore[misc]
@@ -108,7 +152,30 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
                                 testRunner=runner, testLoader=loader, exit=False)
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
+    finally:
+        if not silent:
+            write_reports(os.environ.get(ENV_REPORT), os.environ.get(ENV_REPORT_HTML))
     sys.exit(0 if program.result.wasSuccessful() else 1)
+
+
+def write_reports(json_path: Optional[str], html_path: Optional[str], parts: Sequence[dict] = ()) -> None:
+    """Write this process's run report (merged with ``parts``, xdist's workers') as JSON and/or HTML.
+
+    Called at the end of a run by ``run_tests()`` (``CONTINUOUS_TEST_REPORT``,
+    ``CONTINUOUS_TEST_REPORT_HTML``) and by the pytest plugin (``--ct-report``,
+    ``--ct-report-html``); an empty path writes nothing.
+    """
+    if not json_path and not html_path:
+        return
+    from continuous_test.controller import run_log
+
+    report = run_log.merge([run_log.log().as_dict(), *parts])
+    if json_path:
+        run_log.write(report, json_path)
+    if html_path:
+        from continuous_test import report_html
+
+        report_html.write(report, html_path)
 
 
 def _runs_in_ranks(module: Any) -> bool:

@@ -30,10 +30,10 @@ from __future__ import annotations
 import time
 import weakref
 from dataclasses import replace
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 from continuous_test import config
-from continuous_test.controller import shuffle
+from continuous_test.controller import run_log, shuffle
 from continuous_test.controller.world import TestPlan, World
 from continuous_test.errors import RankTimeoutError
 from continuous_test.verdict.merge import Verdict
@@ -116,13 +116,16 @@ def after_test(world: World, plan: TestPlan, verdict: Verdict) -> Verdict:
             note = None
         elif _timed_out(verdict):
             note = NOT_RERUN
+            run_log.log().diagnosed(run_log.NOT_RERUN, text=note)
         elif verdict.duration >= budget - _spent:
             note = NOT_RERUN_LONG.format(seconds=verdict.duration, left=max(0.0, budget - _spent))
+            run_log.log().diagnosed(run_log.NOT_RERUN, text=note)
         else:
             try:
                 note = diagnose(world.cls, world.settings, list(history), plan)
             except KeyboardInterrupt:  # the failure is known: it is reported, then the run stops
                 note, verdict.interrupted = INTERRUPTED, True
+                run_log.log().diagnosed(run_log.INTERRUPTED, text=note)
         seed_line = shuffle.failure_line()
         for text in (note, seed_line):
             if text:
@@ -139,35 +142,39 @@ def diagnose(cls: type, settings: Any, history: Sequence[TestPlan], failed: Test
     budget = config.bisect_budget()
     if budget <= 0:
         return None
-    replay = _Replayer(cls, settings, budget)
+    replay = _Replayer(cls, settings, budget, failed.test_id)
+    polluters: List[str] = []
     try:
-        lines = [_judge(replay, list(history), failed)]
+        kind, polluters, line = _judge(replay, list(history), failed)
     except _Stop as stop:
-        lines = [STOPPED.format(why=stop, found=replay.found)]
+        kind, line = run_log.STOPPED, STOPPED.format(why=stop, found=replay.found)
     header = NOTE_HEADER.format(worlds=replay.worlds, seconds=replay.seconds)
-    return "\n".join([header, *lines])
+    note = "\n".join([header, line])
+    run_log.log().diagnosed(kind, polluters, replay.worlds, replay.seconds, note)
+    return note
 
 
-def _judge(replay: "_Replayer", history: List[TestPlan], failed: TestPlan) -> str:
+def _judge(replay: "_Replayer", history: List[TestPlan], failed: TestPlan) -> Tuple[str, List[str], str]:
+    """(the verdict's word for machines, the polluters' test ids, the line for people)."""
     test = failed.short()
     if replay.fails([failed]):
-        return FAILS_ALONE.format(test=test)
+        return run_log.FAILS_ALONE, [], FAILS_ALONE.format(test=test)
     replay.found = "It passed when rerun alone in a fresh world."
     if not history:
-        return FLAKY_FIRST.format(test=test)
+        return run_log.FLAKY, [], FLAKY_FIRST.format(test=test)
     if not replay.fails(history + [failed]):
-        return FLAKY.format(test=test, n=len(history))
+        return run_log.FLAKY, [], FLAKY.format(test=test, n=len(history))
     culprits = _minimize(replay, history, failed)
     names = ", ".join(r.short() for r in culprits)
     # Repeat before blaming: a flaky test can fail after innocent tests by chance.
     after, alone = _confirm(replay, culprits, failed)
     if after[0] < after[1] or alone[0] > 0:
-        return FLAKY_DISAGREE.format(test=test, culprits=names, after=after[0], after_runs=after[1],
-                                     alone=alone[0], alone_runs=alone[1])
+        return run_log.FLAKY, [], FLAKY_DISAGREE.format(test=test, culprits=names, after=after[0],
+                                                        after_runs=after[1], alone=alone[0], alone_runs=alone[1])
     others = [r for r in history if r not in culprits]
     after_others = bool(others) and not replay.fails(others + [failed])
-    return ORDER_DEPENDENT.format(test=test, culprits=names,
-                                  others=OTHERS.format(n=len(others)) if after_others else "")
+    line = ORDER_DEPENDENT.format(test=test, culprits=names, others=OTHERS.format(n=len(others)) if after_others else "")
+    return run_log.ORDER_DEPENDENT, [r.test_id for r in culprits], line
 
 
 def _minimize(replay: "_Replayer", candidates: List[TestPlan], failed: TestPlan) -> List[TestPlan]:
@@ -224,11 +231,13 @@ def _confirm(replay: "_Replayer", culprits: List[TestPlan], failed: TestPlan):
 class _Replayer:
     """Runs sequences of tests, each in a fresh world, within the run's time budget."""
 
-    def __init__(self, cls: type, settings: Any, budget: float) -> None:
+    def __init__(self, cls: type, settings: Any, budget: float, test_id: str = "") -> None:
         self.cls, self.settings, self.budget = cls, settings, budget
         self.worlds = 0
         self.seconds = 0.0
         self.found = ""
+        # The run log's lane for this diagnosis's fresh worlds, made with the first.
+        self.test_id, self.lane = test_id, None
 
     def fails(self, sequence: List[TestPlan]) -> bool:
         """Run ``sequence`` in a fresh world; True if its last test failed."""
@@ -238,6 +247,10 @@ class _Replayer:
             raise _Stop(BUDGET_SPENT.format(budget=self.budget))
         started = time.monotonic()
         world = World(self.cls, self.settings)
+        if self.lane is None:
+            self.lane = run_log.log().replay_lane(self.cls, world.world_size, self.test_id)
+        run_log.log().use_lane(world, self.lane)
+        world.purpose = "rerun" if self.worlds == 0 else "bisect"
         self.worlds += 1
         try:
             try:

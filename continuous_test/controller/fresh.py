@@ -13,7 +13,7 @@ import unittest
 from typing import Any, Dict, List, Optional, Tuple
 
 from continuous_test import config
-from continuous_test.controller import output as rank_output, progress
+from continuous_test.controller import output as rank_output, progress, run_log
 from continuous_test.controller.processes import (
     KILL_TIMEOUT,
     SPARES,
@@ -41,6 +41,7 @@ class FreshRanks:
         self._watch: Optional[Watch] = None
         # How each rank ended, as wait() saw it (exit codes declared or reported).
         self.exits: Dict[int, Optional[int]] = {}
+        self.sent = time.monotonic()  # when the ranks were started (they run the test at once)
 
     def start(self) -> None:
         """Fork the ranks; each starts running the test at once."""
@@ -114,6 +115,7 @@ def start(cls: type, method: str, world_size: Any, world_dir: str, rendezvous: s
     settings = config.resolve_fresh(cls, world_size)
     fresh = FreshRanks(cls, settings, method, world_dir, rendezvous)
     fresh.start()
+    run_log.log().fresh_started(cls, settings.world_size, fresh.sent)
     if _expects_more(cls):
         SPARES.refill(cls, settings)
     return fresh
@@ -128,8 +130,11 @@ def judge(fresh: FreshRanks, test: str, expected: Optional[ExpectedExit], check_
     dead = [r for r, e in endings.items() if e.outcome is None and e.exitcode not in (0, None)]
     world_dir = fresh.world_dir
     records = timeline.lazy(lambda: timeline.for_world(world_dir, endings, dead))
-    return judge_endings(test, len(endings), endings, expected, outputs, check_codes=check_codes,
-                         faults=waited.faults, time_limit=time_limit, grace=grace, timeline=records)
+    verdict = judge_endings(test, len(endings), endings, expected, outputs, check_codes=check_codes,
+                            faults=waited.faults, time_limit=time_limit, grace=grace, timeline=records)
+    outcomes = {r: e.outcome for r, e in endings.items() if e.outcome is not None}
+    run_log.log().test_ran(run_log.log().fresh_lane(fresh.cls), test, fresh.sent, verdict, outcomes)
+    return verdict
 
 
 def end_class(cls: type) -> None:

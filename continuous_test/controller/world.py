@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from continuous_test import config
-from continuous_test.controller import output as rank_output, progress
+from continuous_test.controller import output as rank_output, progress, run_log
 from continuous_test.controller.processes import RankProcess, kill_ranks, start_ranks
 from continuous_test.controller.watch import Goal, Waited, Watch
 from continuous_test.errors import RankDiedError, WorldStartError
@@ -151,6 +151,8 @@ class World:
         self._ahead: Optional[Tuple[TestPlan, Tuple[int, float]]] = None
         self.sent_ahead = 0  # how many tests were sent ahead (test_ahead's scenarios read it)
         self.starts = 0  # how many times the ranks were started (bisect's history is per start)
+        # What the run log says this world's starts are for: tests, or a rerun or bisect (set by bisect).
+        self.purpose = "tests"
 
     def _require(self, action: str, *wanted: WorldState) -> None:
         if self.state not in wanted:
@@ -169,6 +171,7 @@ class World:
     def start(self) -> None:
         """Start all ranks and wait until each joined the process group."""
         self._require("start", WorldState.NEW, WorldState.STOPPED, WorldState.BROKEN)
+        began = time.monotonic()
         self.dir = tempfile.mkdtemp(prefix=f"world-{self.cls.__name__}-", dir=template.private_dir())
         self._reinit = None
         self.starts += 1
@@ -180,6 +183,7 @@ class World:
             self._discard()
             raise
         self.state = WorldState.READY
+        run_log.log().world_started(self, began, self.purpose)
 
     def _await_ready(self) -> None:
         assert self._watch is not None
@@ -257,6 +261,7 @@ class World:
                         grace=self.grace, time_limit=time_limit, note=RESTART_NOTE.format(n=self.world_size),
                         timeline=self._timeline(waited.faults))
         verdict.duration = time.monotonic() - sent_at
+        run_log.log().test_ran(run_log.log().lane_of(self), test_id, sent_at, verdict, outcomes)
         self._after_test(waited, verdict, outcomes, outputs)
         return verdict
 
@@ -343,6 +348,8 @@ class World:
             self._ahead, graceful = None, False
         if self.ranks and graceful and self.state is WorldState.READY:
             self._shutdown_gracefully()
+        if self.state is not WorldState.STOPPED:
+            run_log.log().world_stopped(self)
         self._discard()
         self.state = WorldState.STOPPED
         deaths, self.late_deaths = self.late_deaths, []
