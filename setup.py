@@ -17,7 +17,8 @@ setup(
         # benchmarks/run.py draws its figure with matplotlib (optional: without it, no figure).
         "bench": ["matplotlib>=3.5"],
     },
-    package_data={"continuous_test": ["py.typed"]},  # users' type checkers see the public types
+    # py.typed: users' type checkers see the public types; the run report's JSON Schema (docs/run-report.rst).
+    package_data={"continuous_test": ["py.typed", "run_report.schema.json"]},
     entry_points={
         "console_scripts": ["continuous-test-lint=continuous_test.lint:main"],
         "pytest11": ["continuous_test.pytest_plugin = continuous_test.pytest_plugin"],

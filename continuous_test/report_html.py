@@ -51,6 +51,7 @@ svg text { font: 11px system-ui, sans-serif; }
 .swatch { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -1px; }
 table { border-collapse: collapse; margin-top: 16px; }
 td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+td.id { overflow-wrap: anywhere; max-width: 480px; }
 tr.failed td.outcome, tr.error td.outcome { color: #b01e17; font-weight: 700; }
 """
 
@@ -58,13 +59,22 @@ tr.failed td.outcome, tr.error td.outcome { color: #b01e17; font-weight: 700; }
 def render(report: Dict[str, Any]) -> str:
     """The whole page for ``report`` (a dict laid out as ``run_report.schema.json`` says)."""
     lanes = _lanes(report)
-    start = float(report.get("started", 0.0))
-    span = max(float(report.get("finished", start)) - start, 1e-3)
+    started = float(report.get("started", 0.0))
+    finished = max(float(report.get("finished", started)), started)
+    # The axis starts at the first world start or test: before it, the runner collected and imported.
+    start = min(_first_events(report), default=started)
+    span = max(finished - start, 1e-3)
     svg = _svg(lanes, start, span)
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         f"<title>{TITLE}</title>", f"<style>{CSS}</style>", "</head>", "<body>",
-        f"<h1>{TITLE}</h1>", _summary(report, span), _legend(), svg, _table(report, start), "</body>", "</html>", ""])
+        f"<h1>{TITLE}</h1>", _summary(report, finished - started, start - started), _legend(), svg,
+        _table(report, start), "</body>", "</html>", ""])
+
+
+def _first_events(report: Dict[str, Any]) -> List[float]:
+    firsts = [begun["time"] for world in report.get("worlds", []) for begun in world.get("starts", [])[:1]]
+    return firsts + [test["start"] for test in report.get("tests", [])[:1]]
 
 
 def write(report: Dict[str, Any], path: str) -> None:
@@ -117,8 +127,10 @@ def _svg(lanes: Sequence[Tuple[Dict[str, Any], List[Dict[str, Any]]]], start: fl
         parts.append(f'<text class="lane-kind" x="6" y="{y + 29}">{_e(_kind_words(world))}</text>')
         for begun in world.get("starts", []):
             parts.append(_start_mark(begun, x, y))
-        for run in runs:
-            parts.append(_bar(run, x, y))
+        label_end = 0.0  # where the last failing-ranks label ends: labels never overlap
+        for run in sorted(runs, key=lambda r: r["start"]):
+            bar, label_end = _bar(run, x, y, label_end)
+            parts.append(bar)
         if world.get("stopped"):
             sx = x(world["stopped"])
             parts.append(f'<line class="marker stop" x1="{sx:.1f}" y1="{y + 5}" x2="{sx:.1f}" y2="{y + LANE_HEIGHT - 5}" '
@@ -168,7 +180,8 @@ def _start_mark(begun: Dict[str, Any], x: Any, y: int) -> str:
             f'opacity="0.25"/><path d="{shape}" fill="{colour}"/></g>')
 
 
-def _bar(run: Dict[str, Any], x: Any, y: int) -> str:
+def _bar(run: Dict[str, Any], x: Any, y: int, label_end: float) -> Tuple[str, float]:
+    """The bar of one run, and where its failing-ranks label ends (``label_end`` if it has none)."""
     sx, ex = x(run["start"]), x(run["end"])
     w = max(ex - sx, 2.0)
     outcome = run.get("outcome", "unknown")
@@ -185,16 +198,17 @@ def _bar(run: Dict[str, Any], x: Any, y: int) -> str:
     parts = [f'<g class="run {_e(outcome)} {_e(purpose)}" data-test="{_e(run["test"])}" '
              f'data-ranks="{",".join(map(str, ranks))}"><title>{_e(tip)}</title>',
              f'<rect x="{sx:.1f}" y="{by:.1f}" width="{w:.1f}" height="{BAR_HEIGHT}" rx="2" fill="{colour}"{dash}/>']
-    name = run["test"].rsplit(".", 1)[-1].rsplit("::", 1)[-1]
+    name = _short(run["test"])
     if w > 7 * len(name):
         parts.append(f'<text class="bar-label" x="{sx + 3:.1f}" y="{by + 13:.1f}">{_e(name)}</text>')
-    if ranks:
-        label = ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
+    label = ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
+    if ranks and sx >= label_end:  # else the tooltip still says them
         near_end = sx > LABEL_WIDTH + PLOT_WIDTH - 70  # keep the label inside the picture
         anchor = f' x="{ex:.1f}" text-anchor="end"' if near_end else f' x="{sx:.1f}"'
         parts.append(f'<text class="rank-label"{anchor} y="{by - 2:.1f}">{_e(label)}</text>')
+        label_end = sx + 7 * len(label)
     parts.append("</g>")
-    return "".join(parts)
+    return "".join(parts), label_end
 
 
 def _kind_words(world: Dict[str, Any]) -> str:
@@ -203,7 +217,7 @@ def _kind_words(world: Dict[str, Any]) -> str:
         return "tests without ranks"
     size = f"{world['world_size']} ranks"
     if kind == "replay":
-        return f"{size}, rerun/bisect of {(world.get('for_test') or '').rsplit('.', 1)[-1]}"
+        return f"{size}, rerun/bisect of {_short(world.get('for_test') or '')}"
     starts = len(world.get("starts", []))
     if kind == "fresh":
         return f"{size}, fresh per test ({starts})"
@@ -213,12 +227,13 @@ def _kind_words(world: Dict[str, Any]) -> str:
 # -- the words around it ----------------------------------------------------------------
 
 
-def _summary(report: Dict[str, Any], span: float) -> str:
+def _summary(report: Dict[str, Any], span: float, before: float) -> str:
     counts: Dict[str, int] = {}
     for test in report.get("tests", []):
         counts[test["outcome"]] = counts.get(test["outcome"], 0) + 1
     items = [f"<span>{n} {_e(outcome)}</span>" for outcome, n in sorted(counts.items())]
-    items.append(f"<span>{span:.1f} s</span>")
+    items.append(f"<span>{span:.1f} s in all, {before:.1f} s of them before the first test or world "
+                 f"(collecting, importing)</span>")
     items.append(f"<span>{len(report.get('worlds', []))} worlds</span>")
     if report.get("shuffle_seed") is not None:
         items.append(f"<span>shuffle seed {report['shuffle_seed']}</span>")
@@ -256,6 +271,11 @@ def _table(report: Dict[str, Any], start: float) -> str:
         rows.append(f'<tr class="{_e(test["outcome"])}" data-test="{_e(test["id"])}">{tds}</tr>')
     rows.append("</table>")
     return "\n".join(rows)
+
+
+def _short(test_id: str) -> str:
+    """A test's name without its file and class (pytest's node id, or unittest's id)."""
+    return test_id.rsplit("::", 1)[-1].rsplit(".", 1)[-1]
 
 
 def _cut(text: str, limit: int) -> str:

@@ -19,7 +19,8 @@ from helpers import ROOT
 PACKAGE = ROOT / "continuous_test"
 
 # The top level: what users import, subclass, run or catch, and two private leaves.
-API = {"__init__", "case", "multiprocess", "functions", "runner", "pytest_plugin", "migrate", "lint", "ddp"}
+API = {"__init__", "case", "multiprocess", "functions", "runner", "pytest_plugin", "migrate", "lint", "ddp",
+       "report_html"}
 # Modules anyone may import: they import nothing of the package beyond other leaves.
 LEAVES = {"errors", "_procfs", "_role", "config", "launched.detect"}
 # layer -> layers it may import (besides itself and the leaves).

@@ -52,7 +52,8 @@ def test_junitxml_records_failing_ranks(functions):
     _, _, junit = functions
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
     props = {p.get("name"): p.get("value") for p in cases["test_fails_on_rank_1"].iter("property")}
-    assert props == {"failing_ranks": "1"}
+    # The other diagnoses (test_run_report.py reads them back) come with it.
+    assert props["failing_ranks"] == "1" and props["world"].startswith("_DistributedFunctions")
     assert cases["test_fails_on_rank_1"].find("failure") is not None
     assert cases["test_all_reduce"].find("failure") is None
 

@@ -156,7 +156,7 @@ class RunLog:
 
     def replay_lane(self, cls: type, world_size: int, test_id: str) -> Any:
         """A lane for the fresh worlds that rerun and bisect ``test_id``; bisect gives it to each with ``use_lane``."""
-        return self._new_lane(cls, world_size, "replay", test_id)
+        return self._new_lane(cls, world_size, "replay", self._current_id() or test_id)
 
     def use_lane(self, world: Any, lane: Any) -> None:
         """Put ``world``'s starts and runs on ``lane`` (a replay's fresh world)."""

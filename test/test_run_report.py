@@ -1,0 +1,232 @@
+"""Verdicts for machines and a picture of the run: the JSON run report, the JUnit properties, the HTML page.
+
+Real runs of scenario files (``python`` with ``CONTINUOUS_TEST_REPORT``, pytest with
+``--ct-report``, ``--junitxml`` and xdist) write the report; it is validated
+against ``continuous_test/run_report.schema.json`` and its diagnoses read back.
+The page is rendered in real headless Chromium where it is installed.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import helpers
+import pytest
+import schema_subset
+from helpers import describe, pytest_counts, unittest_counts
+
+from continuous_test import report_html
+from continuous_test.controller import run_log
+from continuous_test.wire.env import ENV_REPORT, ENV_REPORT_HTML
+
+ORDER_TESTS = ("test_a", "test_b", "test_e", "test_g")  # a polluter, a bystander, its victim, a plain failure
+
+
+def schema() -> dict:
+    return json.loads(Path(run_log.SCHEMA_FILE).read_text())
+
+
+def assert_valid(report: dict) -> None:
+    found = schema_subset.errors(report, schema())
+    assert found == [], "\n".join(found)
+
+
+@pytest.fixture(scope="module")
+def unittest_run(tmp_path_factory):
+    """test_order.py under ``python``, with the report and its page asked for through the environment."""
+    tmp = tmp_path_factory.mktemp("unittest_run")
+    args = [arg for name in (*ORDER_TESTS, "test_f") for arg in ("-k", name)]
+    proc = helpers.python("test_order.py", *args, env={"FLAKY_DIR": str(tmp), ENV_REPORT: str(tmp / "run.json"),
+                                                       ENV_REPORT_HTML: str(tmp / "run.html")})
+    return proc, json.loads((tmp / "run.json").read_text()), tmp / "run.html"
+
+
+@pytest.fixture(scope="module")
+def pytest_run(tmp_path_factory):
+    """test_order.py under pytest, with --ct-report, --ct-report-html and --junitxml."""
+    tmp = tmp_path_factory.mktemp("pytest_run")
+    proc = helpers.pytest("test_order.py", "-k", " or ".join(ORDER_TESTS), f"--junitxml={tmp / 'junit.xml'}",
+                          f"--ct-report={tmp / 'run.json'}", f"--ct-report-html={tmp / 'run.html'}",
+                          env={"FLAKY_DIR": str(tmp)})
+    return proc, json.loads((tmp / "run.json").read_text()), tmp / "junit.xml"
+
+
+def _tests(report: dict) -> dict:
+    return {t["id"].rsplit(".", 1)[-1].rsplit("::", 1)[-1]: t for t in report["tests"]}
+
+
+def test_the_report_of_run_tests_validates_and_says_each_verdict(unittest_run):
+    proc, report, _ = unittest_run
+    assert unittest_counts(proc.stderr) == {"ran": 5, "failures": 3}, describe(proc)
+    assert_valid(report)
+    assert report["version"] == run_log.VERSION
+    tests = _tests(report)
+    victim = tests["test_e_victim"]["diagnosis"]
+    assert (victim["verdict"], victim["polluters"]) == ("order-dependent", ["__main__.OrderTest.test_a_poisons"])
+    assert tests["test_f_first_run"]["diagnosis"]["verdict"] == "flaky"
+    assert tests["test_g_always"]["diagnosis"]["verdict"] == "fails-alone"
+    assert tests["test_b"]["diagnosis"] is None and tests["test_b"]["outcome"] == "passed"
+    assert tests["test_g_always"]["failing_ranks"] == [0, 1] and tests["test_g_always"]["outcome"] == "failed"
+
+
+def test_the_report_has_world_starts_restarts_and_times(unittest_run):
+    _, report, _ = unittest_run
+    shared = [w for w in report["worlds"] if w["kind"] == "shared"]
+    assert len(shared) == 1, report["worlds"]
+    starts = shared[0]["starts"]
+    # Started for test_a, restarted after each of the three failures but the last.
+    assert [s["restart"] for s in starts] == [False, True, True]
+    assert starts[1]["after"] == "__main__.OrderTest.test_e_victim"
+    tests = _tests(report)
+    assert [tests[n]["world_restarts"] for n in ("test_a_poisons", "test_e_victim", "test_g_always")] == [0, 0, 2]
+    assert tests["test_e_victim"]["restarts_world"] and not tests["test_b"]["restarts_world"]
+    replays = [w for w in report["worlds"] if w["kind"] == "replay"]
+    assert {w["for_test"] for w in replays} == {f"__main__.OrderTest.{n}" for n in
+                                                ("test_e_victim", "test_f_first_run", "test_g_always")}
+    assert {s["purpose"] for w in replays for s in w["starts"]} == {"rerun", "bisect"}
+    for test in report["tests"]:
+        assert report["started"] <= test["start"] <= test["end"] <= report["finished"], test
+    # The victim's time holds its rerun and bisect, which ran in fresh worlds meanwhile.
+    victim = tests["test_e_victim"]
+    replayed = [r for r in report["runs"] if r["for_test"] == victim["id"] and r["purpose"] != "tests"]
+    assert replayed and all(victim["start"] <= r["start"] <= r["end"] <= victim["end"] for r in replayed)
+
+
+def test_the_validator_rejects_a_broken_report(unittest_run):
+    _, report, _ = unittest_run
+    broken = copy.deepcopy(report)
+    del broken["version"]
+    broken["tests"][0]["diagnosis"] = {"verdict": "guessed"}
+    broken["worlds"][0]["world_size"] = "2"
+    found = "\n".join(schema_subset.errors(broken, schema()))
+    assert "'version' is required" in found and "matches 0 of the oneOf" in found and "$.worlds[0].world_size" in found
+
+
+def test_junit_properties_carry_every_diagnosis(pytest_run):
+    proc, report, junit = pytest_run
+    assert pytest_counts(proc.stdout) == {"failed": 2, "passed": 2, "deselected": 8}, describe(proc)
+    props = {case.get("name"): dict((p.get("name"), p.get("value")) for p in case.iter("property"))
+             for case in ET.parse(junit).getroot().iter("testcase")}
+    assert props["test_e_victim"] == {
+        "failing_ranks": "0,1", "diagnosis": "order-dependent", "world": "OrderTest", "world_restarts": "0",
+        "polluters": "test/scenarios/test_order.py::OrderTest::test_a_poisons", "restarts_world": "true"}
+    assert props["test_g_always"]["diagnosis"] == "fails-alone"
+    assert props["test_g_always"]["world_restarts"] == "1"
+    assert props["test_b"] == {"world": "OrderTest", "world_restarts": "0"}
+    assert_valid(report)
+    assert _tests(report)["test_e_victim"]["outcome"] == "failed"
+
+
+def test_xdist_workers_send_their_parts_and_leaks_and_the_seed_are_recorded(tmp_path):
+    proc = helpers.pytest("test_leaks.py", "test_basic.py", "-n", "2", "--dist", "loadscope", "--ct-shuffle=5",
+                          "-k", "test_1_leaks or test_2_sensitive or AllReduce", f"--ct-report={tmp_path / 'r.json'}",
+                          f"--junitxml={tmp_path / 'junit.xml'}")
+    assert pytest_counts(proc.stdout) == {"passed": 6}, describe(proc)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert_valid(report)
+    assert sorted(report["workers"]) == ["gw0", "gw1"] and report["shuffle_seed"] == 5
+    assert len(report["tests"]) == 6 and all(t["worker"] in ("gw0", "gw1") for t in report["tests"])
+    assert {w["id"].split(":", 1)[0] for w in report["worlds"]} == {"gw0", "gw1"}, report["worlds"]
+    leaked = _tests(report)["test_1_leaks"]
+    assert leaked["leaks_restored"] is True
+    assert {"torch default dtype", "environment variable LEAKED_VAR"} <= {leak["item"] for leak in leaked["leaks"]}
+    props = {case.get("name"): dict((p.get("name"), p.get("value")) for p in case.iter("property"))
+             for case in ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")}
+    assert props["test_1_leaks"]["leaks_restored"] == "true" and "torch default dtype" in props["test_1_leaks"]["leaks"]
+    assert props["test_sum"]["shuffle_seed"] == "5"
+
+
+def test_run_tests_writes_what_the_variables_ask_for(tmp_path):
+    # Only the page is asked for: no JSON is left behind; with neither, nothing is written.
+    page = tmp_path / "page.html"
+    proc = helpers.python("test_basic.py", "-k", "test_sum", env={ENV_REPORT_HTML: str(page)})
+    assert proc.returncode == 0 and page.is_file(), describe(proc)
+    assert "AllReduceTest.test_sum" in page.read_text() and os.listdir(tmp_path) == ["page.html"]
+    proc = helpers.python("test_basic.py", "-k", "test_sum", env={ENV_REPORT: "", ENV_REPORT_HTML: ""})
+    assert proc.returncode == 0 and os.listdir(tmp_path) == ["page.html"], describe(proc)
+
+
+def test_a_run_without_ranks_has_tests_and_no_worlds(tmp_path):
+    test_file = tmp_path / "test_plain.py"
+    test_file.write_text("def test_one():\n    pass\n\ndef test_two():\n    assert False\n")
+    proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(test_file),
+                        f"--ct-report={tmp_path / 'r.json'}"], cwd=tmp_path)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert_valid(report)
+    assert report["worlds"] == [] and [t["outcome"] for t in report["tests"]] == ["passed", "failed"], describe(proc)
+
+
+# -- the page ------------------------------------------------------------------------------
+
+
+def test_the_page_is_self_contained_and_marks_what_happened(unittest_run):
+    _, report, page = unittest_run
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text and "<script" not in text and "<link" not in text
+    assert text.count('<g class="lane ') == len(report["worlds"])  # every test ran in a world here
+    assert 'class="marker restart"' in text and 'class="marker start rerun"' in text
+    assert 'data-test="OrderTest.test_g_always" data-ranks="0,1"' in text
+    assert text == report_html.render(report)  # the file is the page of the report
+
+
+def test_the_command_writes_the_page_and_refuses_what_is_not_a_report(unittest_run, tmp_path):
+    _, report, _ = unittest_run
+    (tmp_path / "run.json").write_text(json.dumps(report))
+    proc = helpers.run([sys.executable, "-m", "continuous_test.report_html", str(tmp_path / "run.json"), "-o",
+                        str(tmp_path / "page.html")], cwd=tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "page.html").read_text() == report_html.render(report), describe(proc)
+    (tmp_path / "other.json").write_text("[1, 2]")
+    proc = helpers.run([sys.executable, "-m", "continuous_test.report_html", str(tmp_path / "other.json")],
+                       cwd=tmp_path)
+    assert proc.returncode == 2 and "is not a continuous_test run report" in proc.stderr, describe(proc)
+
+
+def chromium() -> str:
+    """The path of Debian's Chromium, or skip saying why."""
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip("Chromium is not installed (Debian: apt-get install chromium); the page is not rendered")
+
+
+def headless(page: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run headless Chromium on ``page`` with a private profile and no network of its own."""
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+                               "--disable-background-networking", "--disable-component-update", "--no-first-run",
+                               f"--user-data-dir={profile}", *args, page.as_uri()],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+
+
+def test_chromium_renders_one_lane_per_world_and_the_failing_ranks(unittest_run):
+    _, report, page = unittest_run
+    proc = headless(page, "--dump-dom")
+    assert proc.returncode == 0, describe(proc)
+    dom = proc.stdout
+    # The browser parsed the SVG: every lane, every bar, the failing ranks as text.
+    assert dom.count('class="lane ') == len(report["worlds"]), dom[:2000]
+    assert dom.count('class="run ') == len(report["runs"])
+    assert "ranks 0,1</text>" in dom and 'class="marker restart"' in dom
+    assert '<tr class="failed" data-test="__main__.OrderTest.test_e_victim">' in dom
+
+
+def test_chromium_draws_the_page(unittest_run, tmp_path):
+    _, _, page = unittest_run
+    shot = tmp_path / "page.png"
+    proc = headless(page, f"--screenshot={shot}", "--window-size=1280,800")
+    assert proc.returncode == 0 and shot.is_file(), describe(proc)
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000  # a drawn page, not a blank one
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-p", "no:cacheprovider", *sys.argv[1:]]))
