@@ -15,7 +15,9 @@ How data flows (controller side only)::
                                                          passes alone and after the others"
                                      │
                                      ▼
-                          a note on the verdict's error (the verdict stays a failure)
+                          a note on the verdict's error (the verdict stays a failure), and the
+                          verdict's word for machines in the run log (controller/run_log.py:
+                          fails-alone, order-dependent with the polluters, flaky, ...)
 
 Every replay runs in a new world forked from the template, through the World's
 public API only (``start()``, ``run_test()``, ``stop()``), with the same
