@@ -162,12 +162,14 @@ def test_a_culprit_is_blamed_only_when_every_replay_agrees():
     victim = _plans(["test_victim"])[0]
     # alone: passes; after both: fails; minimizing: fails after test_a; confirming: passes after test_a.
     replayer = _FlakyReplayer([False, True, True, False, False])
-    note = bisect._judge(replayer, list(history), victim)
+    verdict, polluters, note = bisect._judge(replayer, list(history), victim)
+    assert (verdict, polluters) == ("flaky", [])  # the words for machines (test_run_report.py)
     assert note == bisect.FLAKY_DISAGREE.format(test="test_victim", culprits="test_a", after=1, after_runs=2,
                                                 alone=0, alone_runs=2), note
     # Every replay agrees: blamed, after CONFIRMATIONS more replays of each kind.
     replayer = _FakeReplayer(["test_a"])
-    note = bisect._judge(replayer, list(history), victim)
+    verdict, polluters, note = bisect._judge(replayer, list(history), victim)
+    assert (verdict, polluters) == ("order-dependent", ["T.test_a"])
     assert note == bisect.ORDER_DEPENDENT.format(test="test_victim", culprits="test_a",
                                                  others=bisect.OTHERS.format(n=1))
     assert replayer.runs.count(["test_a", "test_victim"]) == 1 + bisect.CONFIRMATIONS
@@ -178,6 +180,8 @@ def test_each_replay_runs_in_a_world_of_its_own(monkeypatch):
     started = []
 
     class FakeWorld:
+        world_size = 2
+
         def __init__(self, cls, settings):
             started.append(self)
 
