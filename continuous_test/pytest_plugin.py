@@ -433,7 +433,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write the run report: an xdist worker hands its part to the main process, which writes them all."""
     config = session.config
     json_path, html_path = _report_paths(config)
-    if not json_path and not html_path:
+    from continuous_test import _role
+
+    if not json_path and not html_path or _role.rank():  # under a launcher, rank 0 writes it
         return
     from continuous_test.controller import run_log
 

@@ -138,9 +138,11 @@ class RunLog:
             test.end, test.outcome = time.time(), outcome
         self._current = None
 
-    def current(self, test_id: str) -> Optional[_Test]:
-        """The record of ``test_id`` (the repeat feature fills its ``repeat``), or None."""
-        return self.tests.get(test_id)
+    def repeated(self, test_id: str, runs: int, passed: int) -> None:
+        """``--ct-repeat``: ``test_id`` ran ``runs`` times and passed ``passed`` of them (the report's ``repeat``)."""
+        test = self.tests.get(test_id)
+        if test is not None:
+            test.repeat = {"runs": runs, "passed": passed}
 
     # -- worlds ----------------------------------------------------------------------
 
