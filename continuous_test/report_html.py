@@ -172,7 +172,12 @@ def _start_mark(begun: Dict[str, Any], x: Any, y: int) -> str:
     if purpose != "tests":
         words += f"; {purpose} of {begun.get('for_test')}"
         kind += f" {purpose}"
+    if begun.get("failed"):
+        words = f"world failed to start: {begun['failed']}"
+        kind += " failed"
     colour = "#e08a2b" if restart else ("#6a4fb3" if purpose != "tests" else "#2f6db5")
+    if begun.get("failed"):
+        colour = COLOURS["error"]
     mid = y + LANE_HEIGHT / 2
     shape = f"M{sx:.1f},{mid - 9:.1f} L{sx + 7:.1f},{mid:.1f} L{sx:.1f},{mid + 9:.1f} Z"
     return (f'<g class="marker {kind}"><title>{_e(words)}</title>'
@@ -244,6 +249,7 @@ def _summary(report: Dict[str, Any], span: float, before: float) -> str:
 
 def _legend() -> str:
     entries = [(COLOURS["passed"], "passed"), (COLOURS["failed"], "failed (failing ranks above)"),
+               (COLOURS["error"], "error, or a world that failed to start"),
                (COLOURS["skipped"], "skipped"), ("#2f6db5", "world start"), ("#e08a2b", "world restart"),
                ("#6a4fb3", "rerun / bisect world")]
     items = "".join(f'<span><span class="swatch" style="background:{c}"></span>{_e(w)}</span>' for c, w in entries)

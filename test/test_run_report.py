@@ -153,6 +153,18 @@ def test_run_tests_writes_what_the_variables_ask_for(tmp_path):
     assert proc.returncode == 0 and os.listdir(tmp_path) == ["page.html"], describe(proc)
 
 
+def test_a_world_that_fails_to_start_is_marked(tmp_path):
+    proc = helpers.python("test_badconfig.py", "-k", "test_init", env={ENV_REPORT: str(tmp_path / "r.json"),
+                                                                        ENV_REPORT_HTML: str(tmp_path / "r.html")})
+    assert unittest_counts(proc.stderr) == {"ran": 2, "errors": 2}, describe(proc)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert_valid(report)
+    (world,) = report["worlds"]
+    assert [s["failed"].split(":")[0] for s in world["starts"]] == ["WorldStartError"], world
+    assert [t["world"] for t in report["tests"]] == ["InitRaisesTest", None]  # the second is not retried
+    assert 'class="marker start failed"' in (tmp_path / "r.html").read_text()
+
+
 def test_repeat_counts_are_a_property_and_in_the_report():
     # --ct-repeat (built elsewhere) records its counts through RunLog.repeated.
     log = run_log.RunLog()

@@ -164,21 +164,23 @@ class RunLog:
         """Put ``world``'s starts and runs on ``lane`` (a replay's fresh world)."""
         self._lane_of[world] = lane
 
-    def world_started(self, world: Any, began: float, purpose: str = "tests") -> None:
-        """``world`` (a shared World) started at monotonic ``began`` and is ready now."""
+    def world_started(self, world: Any, began: float, purpose: str = "tests", failed: Optional[str] = None) -> None:
+        """``world`` (a shared World) started at monotonic ``began`` and is ready now, or ``failed`` to (why)."""
         lane = self._lane_of.get(world)
         if lane is None:
             lane = self._lane_of[world] = self._new_lane(world.cls, world.world_size, "shared")
-        self._started(lane, began, purpose)
+        self._started(lane, began, purpose, failed)
 
-    def _started(self, lane: _Lane, began: float, purpose: str) -> None:
+    def _started(self, lane: _Lane, began: float, purpose: str, failed: Optional[str] = None) -> None:
         start = wall(began)
         restart = lane.kind == "shared" and bool(lane.starts)  # a replay's or fresh ranks' world is new each time
         lane.starts.append({"time": start, "seconds": round(time.time() - start, 6), "restart": restart,
                             "after": lane.broken_by if restart else None, "purpose": purpose,
-                            "for_test": self._current_id()})
+                            "for_test": self._current_id(), "failed": failed.splitlines()[0] if failed else None})
         lane.broken_by = None
-        lane.stopped = None
+        lane.stopped = time.time() if failed else None
+        if failed and self._current is not None and lane.kind == "shared":  # the test that needed it failed with it
+            self._current.world, self._current.world_start = lane.id, len(lane.starts)
 
     def world_stopped(self, world: Any) -> None:
         """``world`` stopped (its class is done, or it was replaced)."""

@@ -179,8 +179,12 @@ class World:
             self.ranks = start_ranks(self.cls, self.settings, self.dir)
             self._watch = Watch(self.ranks)
             self._await_ready()
-        except BaseException:
+        except BaseException as exc:
             self._discard()
+            import unittest
+
+            if not isinstance(exc, unittest.SkipTest):  # a skip is the tests' outcome, not a failed start
+                run_log.log().world_started(self, began, self.purpose, failed=f"{type(exc).__name__}: {exc}")
             raise
         self.state = WorldState.READY
         run_log.log().world_started(self, began, self.purpose)
