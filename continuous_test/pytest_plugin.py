@@ -43,6 +43,8 @@ __all__ = [
     "pytest_sessionstart",
     "pytest_load_initial_conftests",
     "pytest_unconfigure",
+    "pytest_pycollect_makeitem",
+    "pytest_generate_tests",
 ]
 
 TIMEOUT_HELP = "per-test time limit in seconds for distributed tests (overrides CONTINUOUS_TEST_TIMEOUT)"
@@ -55,6 +57,10 @@ WORLD_SIZE_ON_A_TEST = (
     "{test}: a world_size marker on one test of a shared world would size the whole world by whichever test "
     "starts it; mark the class (or the module), give a @distributed function its world_size=, or make the "
     "test a MultiProcessTestCase test, whose ranks are its own"
+)
+SIZES_ON_A_FUNCTION = (
+    "{test}: a world_size marker with several sizes ({sizes}) applies to test classes; give the @distributed "
+    "function world_size={sizes} instead"
 )
 BISECT_HELP = "seconds per run for rerunning and bisecting failed distributed tests, or off (default 120)"
 
@@ -214,9 +220,40 @@ def _test_class(item: pytest.Item) -> Optional[type]:
     return rank_class_of(getattr(item, "cls", None)) or rank_class_of(getattr(item, "function", None))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> None:
+    """Give a distributed test class marked ``world_size([1, 2])`` (on it, or on its module) one test per size."""
+    import inspect
+
+    if not inspect.isclass(obj) or not getattr(obj, "_ct_runs_in_ranks", False):
+        return None
+    own = [m for m in getattr(obj, "pytestmark", []) if getattr(m, "name", None) == "world_size"]
+    marker = own[0] if own else collector.get_closest_marker("world_size")
+    if marker is None:
+        return None
+    from continuous_test import sizes
+
+    value = _marker_arg(marker)
+    if sizes.is_list(value):
+        try:
+            sizes.expand(obj, sizes.check(value, f"the world_size marker of {obj.__qualname__}"))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A ``@distributed`` function of several world sizes runs once per size: ids ``test_x[ws2]``."""
+    from continuous_test.functions import SIZE_ARG, function_sizes
+
+    several = function_sizes(metafunc.function)
+    if several is not None and SIZE_ARG in metafunc.fixturenames:
+        metafunc.parametrize(SIZE_ARG, several, ids=[f"ws{size}" for size in several])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     """Shuffle the order if asked; check the markers of distributed tests, and keep them per test."""
-    from continuous_test import config as ct_config
+    from continuous_test import config as ct_config, sizes
 
     seed = ct_config.shuffle_seed()
     if seed is not None:
@@ -233,7 +270,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
             marker = item.get_closest_marker("world_size")
             if marker is not None and _shared_world(cls) and any(m.name == "world_size" for m in item.own_markers):
                 raise pytest.UsageError(WORLD_SIZE_ON_A_TEST.format(test=item.nodeid))
-            if marker is not None:
+            if marker is not None and sizes.is_list(_marker_arg(marker)):
+                if getattr(item, "cls", None) is None:
+                    raise pytest.UsageError(SIZES_ON_A_FUNCTION.format(test=item.nodeid, sizes=_marker_arg(marker)))
+                sized = sizes.parse(item.name)
+                size = sized[1] if sized else None  # the test's own size (test_x[ws2])
+            elif marker is not None:
                 size = ct_config.parse_positive_int(_marker_arg(marker), "world size",
                                                     f"the world_size marker of {item.nodeid}")
             marker = item.get_closest_marker("ct_timeout")
