@@ -192,17 +192,26 @@ def _await_everyone(store, launch: Launch, timeout: float) -> None:
 
 
 def _leave() -> None:
-    """At exit: tell peers that rank 0 reported, and destroy the default group if it is healthy."""
+    """At exit: rank 0 tells its peers that it reported; the others wait for that.
+
+    A launcher may end the whole job as soon as one rank exits non-zero (Open MPI's
+    mpiexec does), so no rank may exit before rank 0 printed the report.  The wait
+    ends at once if rank 0, the store's host, is gone, and is bounded by the start
+    timeout.  Then the default group is destroyed if it is healthy.
+    """
     import torch.distributed as dist
 
     joined = _joined
     if joined is None:
         return
-    if joined.rank == 0:
-        try:
+    try:
+        if joined.rank == 0:
             joined.store.set("reported", "1")
-        except Exception:  # the store's host is gone: nobody is waiting any more
-            pass
+        else:
+            joined.store.set_timeout(timedelta(seconds=joined.start_timeout))
+            joined.store.wait(["reported"])
+    except Exception:  # the store's host is gone: nobody is waiting any more, nothing to wait for
+        pass
     if dist.is_initialized() and not joined.broken and group_intact(joined):
         dist.destroy_process_group()
 
