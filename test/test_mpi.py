@@ -118,6 +118,16 @@ def test_hang_matches_torchrun(mpiexec):
     assert proc.returncode in (1, 75), describe(proc)
 
 
+def test_pytest_under_mpiexec_sees_torchruns_variables():
+    """pytest, unlike run_tests(), has no entry point of ours: the plugin exports RANK and the rest."""
+    command = _mpiexec("openmpi")
+    proc = helpers.run(["timeout", "-k", "5", str(LAUNCH_TIMEOUT), *command, sys.executable, "-m", "pytest",
+                        "-p", "no:cacheprovider", "-q", "test_mpi_launch.py", "-k", "Pair and not Fresh"],
+                       env=OPEN_MPI_ENV, timeout=LAUNCH_TIMEOUT + 10)
+    assert proc.returncode == 0, describe(proc)
+    assert "2 passed" in proc.stdout, describe(proc)
+
+
 def test_across_hosts_without_master_addr_fails_at_once_saying_what_to_set():
     env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
            "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "77"}
@@ -126,6 +136,9 @@ def test_across_hosts_without_master_addr_fails_at_once_saying_what_to_set():
     assert ("Cannot run under mpiexec (Open MPI) across hosts without MASTER_ADDR: 2 of its 4 ranks run on this "
             "host") in proc.stderr, describe(proc)
     assert "mpiexec -x MASTER_ADDR=" in proc.stderr
+    under_pytest = helpers.pytest("test_mpi_launch.py", env=env, timeout=60)
+    assert under_pytest.returncode == 4, describe(under_pytest)  # a usage error, before any test
+    assert "across hosts without MASTER_ADDR" in under_pytest.stderr, describe(under_pytest)
 
 
 # -- detection, from the launchers' variables ------------------------------------------------

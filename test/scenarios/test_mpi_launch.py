@@ -2,7 +2,7 @@
 
 * ``Pair`` passes: its ranks see torchrun's variables (``RANK``, ``WORLD_SIZE``,
   ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) whatever
-  launched them.  ``FreshPair`` is a ``MultiProcessTestCase``: once per launch.
+  launched them, from the time this file is imported.  ``FreshPair`` is a ``MultiProcessTestCase``: once per launch.
 * ``Rank1Fails``: rank 1 raises while rank 0 waits in ``all_reduce``; the next
   test must pass on a rebuilt group.  Rank 0 then takes its time in
   ``tearDownClass``: rank 1, done and about to exit non-zero, must wait for rank 0's
@@ -17,6 +17,8 @@ import torch.distributed as dist
 
 from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, run_tests
 
+RANK_AT_IMPORT = os.environ.get("RANK")  # a skip decorator may read it as early as this
+
 
 class Pair(MultiProcContinuousTest):
     world_size = 2
@@ -28,6 +30,7 @@ class Pair(MultiProcContinuousTest):
 
     def test_env_is_torchruns(self):
         self.assertEqual(os.environ["RANK"], str(self.rank))
+        self.assertEqual(RANK_AT_IMPORT, str(self.rank))
         self.assertEqual(os.environ["WORLD_SIZE"], "2")
         self.assertEqual(os.environ["LOCAL_RANK"], str(self.rank))
         self.assertEqual(os.environ["LOCAL_WORLD_SIZE"], "2")
