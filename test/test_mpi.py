@@ -118,6 +118,18 @@ def test_hang_matches_torchrun(mpiexec):
     assert proc.returncode in (1, 75), describe(proc)
 
 
+def test_two_hydra_jobs_at_once_keep_their_own_rendezvous():
+    """Hydra's jobs have no id: each is told apart by its ranks' shared PMI proxy, so each gets its own port."""
+    args, _ = SCENARIOS["green"]
+    command = ["timeout", "-k", "5", str(LAUNCH_TIMEOUT), *_mpiexec("hydra"), sys.executable, *args]
+    jobs = [subprocess.Popen(command, cwd=helpers.SCENARIOS, env=helpers.scenario_env(), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for job in jobs:
+        out, err = job.communicate(timeout=LAUNCH_TIMEOUT + 10)
+        proc = subprocess.CompletedProcess(job.args, job.returncode, out, err)
+        assert proc.returncode == 0 and unittest_counts(err) == {"ran": 3}, describe(proc)
+
+
 def test_pytest_under_mpiexec_sees_torchruns_variables():
     """pytest, unlike run_tests(), has no entry point of ours: the plugin exports RANK and the rest."""
     command = _mpiexec("openmpi")

@@ -62,7 +62,7 @@ class Rank1Fails(MultiProcContinuousTest):
     @classmethod
     def tearDownClass(cls):
         if os.environ["RANK"] == "0":
-            time.sleep(3)
+            time.sleep(2)
         super().tearDownClass()
 
 
