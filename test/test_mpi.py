@@ -51,20 +51,33 @@ def _plain_mpiexec(*words: str) -> str:
     return exe
 
 
-def launch(command: List[str], scenario: str) -> subprocess.CompletedProcess:
-    args, env = SCENARIOS[scenario]
-    return helpers.run(["timeout", "-k", "5", str(LAUNCH_TIMEOUT), *command, sys.executable, *args],
-                       env={**env, **OPEN_MPI_ENV}, timeout=LAUNCH_TIMEOUT + 10)
+def _start(args: List[str], env: Dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(["timeout", "-k", "5", str(LAUNCH_TIMEOUT), *args], cwd=helpers.SCENARIOS,
+                            env=helpers.scenario_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=LAUNCH_TIMEOUT + 10)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 _torchrun: Dict[str, subprocess.CompletedProcess] = {}
 
 
-def torchrun(scenario: str) -> subprocess.CompletedProcess:
-    """The scenario under ``torchrun --nproc-per-node 2``, run once per module."""
+def launch(command: List[str], scenario: str) -> subprocess.CompletedProcess:
+    """The scenario under ``command``; the first time, under ``torchrun --nproc-per-node 2`` too, at once."""
+    args, env = SCENARIOS[scenario]
+    proc = _start([*command, sys.executable, *args], {**env, **OPEN_MPI_ENV})
     if scenario not in _torchrun:
-        args, env = SCENARIOS[scenario]
-        _torchrun[scenario] = helpers.torchrun(args[0], 2, *args[1:], env=env, timeout=LAUNCH_TIMEOUT)
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                    "--master-addr", "127.0.0.1", "--master-port", str(helpers.free_port())]
+        _torchrun[scenario] = _finish(_start([*torchrun, *args], env))
+    return _finish(proc)
+
+
+def torchrun(scenario: str) -> subprocess.CompletedProcess:
+    """The scenario under ``torchrun --nproc-per-node 2``, run once per module, beside the first mpiexec."""
     return _torchrun[scenario]
 
 
@@ -121,21 +134,16 @@ def test_hang_matches_torchrun(mpiexec):
 def test_two_hydra_jobs_at_once_keep_their_own_rendezvous():
     """Hydra's jobs have no id: each is told apart by its ranks' shared PMI proxy, so each gets its own port."""
     args, _ = SCENARIOS["green"]
-    command = ["timeout", "-k", "5", str(LAUNCH_TIMEOUT), *_mpiexec("hydra"), sys.executable, *args]
-    jobs = [subprocess.Popen(command, cwd=helpers.SCENARIOS, env=helpers.scenario_env(), stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    for job in jobs:
-        out, err = job.communicate(timeout=LAUNCH_TIMEOUT + 10)
-        proc = subprocess.CompletedProcess(job.args, job.returncode, out, err)
-        assert proc.returncode == 0 and unittest_counts(err) == {"ran": 3}, describe(proc)
+    command = [*_mpiexec("hydra"), sys.executable, *args]
+    for proc in [_finish(job) for job in [_start(command, {}), _start(command, {})]]:
+        assert proc.returncode == 0 and unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
 
 
 def test_pytest_under_mpiexec_sees_torchruns_variables():
     """pytest, unlike run_tests(), has no entry point of ours: the plugin exports RANK and the rest."""
-    command = _mpiexec("openmpi")
-    proc = helpers.run(["timeout", "-k", "5", str(LAUNCH_TIMEOUT), *command, sys.executable, "-m", "pytest",
-                        "-p", "no:cacheprovider", "-q", "test_mpi_launch.py", "-k", "Pair and not Fresh"],
-                       env=OPEN_MPI_ENV, timeout=LAUNCH_TIMEOUT + 10)
+    command = [*_mpiexec("openmpi"), sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+               "test_mpi_launch.py", "-k", "Pair and not Fresh"]
+    proc = _finish(_start(command, OPEN_MPI_ENV))
     assert proc.returncode == 0, describe(proc)
     assert "2 passed" in proc.stdout, describe(proc)
 
