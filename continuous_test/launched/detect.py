@@ -25,8 +25,7 @@ The MPI job's id is Open MPI's ``OMPI_MCA_ess_base_jobid``, else PMIx's
 ``PMIX_NAMESPACE``, else PMI's ``PMI_KVSNAME``/``PMI_JOBID``.  MPICH's Hydra
 exports none of them: on one host its ranks share one ``hydra_pmi_proxy``, whose
 pid is read from the peer of the ``PMI_FD`` socket (``SO_PEERCRED``; the socket
-is only inspected, never spoken to, so an ``mpi4py`` in the test still
-initialises).  Without ``MASTER_ADDR``, every rank must run on this host (the
+is only inspected, never read or written: it stays the MPI library's).  Without ``MASTER_ADDR``, every rank must run on this host (the
 launcher's local size equals its world size): the rendezvous is on loopback.
 Across hosts the launcher says nothing of where rank 0 runs, so ``MASTER_ADDR``
 (and, without a job id, ``MASTER_PORT``) must be set, or the launch fails at
