@@ -91,6 +91,17 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     args[:] = [f"--ct-shuffle={SHUFFLE_RANDOM}" if arg == "--ct-shuffle" else arg for arg in args]
 
 
+def _export_launch() -> None:
+    """Under srun or mpiexec, export torchrun's variables (``RANK``, ...) before the test files are imported.
+
+    A bad or missing launcher setting (mpiexec across hosts without ``MASTER_ADDR``)
+    is a ConfigError, which stops the session with its message.
+    """
+    from continuous_test.launched.detect import detect, export_env
+
+    export_env(detect())
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers and read the command-line settings (command line beats ini)."""
     from continuous_test import config as ct_config
@@ -109,6 +120,7 @@ def pytest_configure(config: pytest.Config) -> None:
         world_size, source = _setting(config, "ct_world_size")
         size = None if world_size is None else ct_config.parse_positive_int(world_size, "world size", source)
         _configure_isolation(config)
+        _export_launch()
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     # Kept on this session's config, never in module globals: a later session in

@@ -1,7 +1,8 @@
-"""Running tests in place when an external launcher (torchrun, srun) started the ranks.
+"""Running tests in place when an external launcher (torchrun, srun, mpiexec) started the ranks.
 
 Each launched process is one rank and its own controller.  It reaches the launcher's
-store once (torchrun's agent store, or a store that rank 0 hosts under srun), joins
+store once (torchrun's agent store, or a store that rank 0 hosts under srun and
+mpiexec), joins
 the default process group on it (:mod:`continuous_test.launched.join`), and runs
 every test itself::
 
