@@ -125,7 +125,7 @@ def rank_specs(cls: type, settings: ClassSettings, world_dir: str, kind: RankKin
     return [RankSpec(rank, settings.world_size, cls.__module__, cls.__qualname__, module_file,
                      world_dir, rendezvous, os.path.join(world_dir, f"rank{rank}.log"), env,
                      private, kind, method, controller_pid=controller, parent_pid=parent, settings=settings,
-                     torch_settings=template.process_settings(), output_dir=kept.directory())
+                     torch_settings=template.process_settings(), output_dir=kept.planned())
             for rank in range(settings.world_size)]
 
 
