@@ -75,6 +75,7 @@ __all__ = [
     "torch_testcase_wanted",
     "check_switches",
     "resolve_device_type",
+    "device_count",
     "resolve_fresh",
     "with_world_size",
     "backend_names",
@@ -413,7 +414,8 @@ def _world_size(cls: type, device: str) -> int:
     return value
 
 
-def _device_count(device: str) -> int:
+def device_count(device: str) -> int:
+    """How many devices of type ``device`` torch sees in this process."""
     import torch
 
     return int(torch.get_device_module(device).device_count())
@@ -422,7 +424,7 @@ def _device_count(device: str) -> int:
 def _default_world_size(cls: type, device: str) -> int:
     if device == "cpu":
         return DEFAULT_CPU_WORLD_SIZE
-    count = _device_count(device)
+    count = device_count(device)
     if count == 0:
         _skip(NO_DEVICES.format(cls=cls.__qualname__, needed="at least 1", device=device, found=0))
     return count
@@ -442,7 +444,7 @@ def _backend(cls: type, device: str, world_size: int) -> Optional[str]:
         if not dist.is_backend_available(name):
             _skip(BACKEND_UNAVAILABLE.format(cls=cls.__qualname__, name=name))
     if device != "cpu":
-        found = _device_count(device)
+        found = device_count(device)
         if found < world_size:
             _skip(NO_DEVICES.format(cls=cls.__qualname__, needed=world_size, device=device, found=found))
     return spec
