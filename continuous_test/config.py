@@ -69,6 +69,8 @@ __all__ = [
     "overridden",
     "current_overrides",
     "parse_positive_int",
+    "parse_non_negative_int",
+    "class_world_size",
     "parse_choice",
     "start_method",
     "START_METHODS",
@@ -133,6 +135,7 @@ INVALID_BUDGET = "Invalid bisect budget {value!r} from {source}: expected second
 DEFAULT_CPU_WORLD_SIZE = 2
 INVALID_VALUE = "Invalid {what} {value!r} from {source}: expected a positive number of seconds"
 INVALID_INT = "Invalid {what} {value!r} from {source}: expected a positive int"
+INVALID_COUNT = "Invalid {what} {value!r} from {source}: expected an int >= 0"
 INVALID_CHOICE = "Invalid {what} {value!r} from {source}: expected one of {choices}"
 SEVERAL_SIZES = (
     "{cls} has several world sizes ({value}): each of its tests runs once per size, under the name "
@@ -172,6 +175,16 @@ def parse_positive_int(value: Any, what: str, source: str) -> int:
     if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
         raise ConfigError(INVALID_INT.format(what=what, value=value, source=source))
     return number
+
+
+def parse_non_negative_int(value: Any, what: str, source: str) -> int:
+    """Validate an int >= 0 (a device count); strings are accepted only from text sources."""
+    if isinstance(value, str) and value.strip() == "0" or value == 0 and not isinstance(value, bool):
+        return 0
+    try:
+        return parse_positive_int(value, what, source)
+    except ConfigError:
+        raise ConfigError(INVALID_COUNT.format(what=what, value=value, source=source)) from None
 
 
 def parse_choice(value: str, what: str, source: str, choices: tuple) -> str:
@@ -393,6 +406,12 @@ def resolve_device_type(cls: type) -> str:
     if isinstance(attr, property):
         return str(attr.fget(cls))  # type: ignore[misc]
     return str(attr() if callable(attr) else attr)
+
+
+def class_world_size(cls: type, device: str) -> int:
+    """The world size of ``cls`` under the runner's overrides (the pytest plugin asks at collection);
+    SkipTest when it defaults to a device count of 0."""
+    return _world_size(cls, device)
 
 
 def _world_size(cls: type, device: str) -> int:

@@ -248,5 +248,42 @@ def test_worlds_running_at_once_under_xdist_never_see_the_same_device(tmp_path):
     assert concurrent, "no two worlds ran at the same time: the check saw nothing"
 
 
+# -- the ct_devices marker -----------------------------------------------------------
+
+MARKER_SCENARIO = "test_device_marker.py"
+
+
+def _listed(proc):
+    """The tests ``--collect-only -q`` listed, without their file."""
+    return [line.split("::", 1)[1] for line in proc.stdout.splitlines() if "::" in line]
+
+
+def test_every_distributed_test_is_marked_with_the_devices_it_needs():
+    proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", "-m", "ct_devices(n=2)")
+    assert "continuous_test: devices needed: 2 by 2 tests (marker ct_devices(n=N)" in proc.stdout, describe(proc)
+    assert _listed(proc) == ["Nccl::test_nccl", "FreshAsksForGpus::test_two_gpus"], describe(proc)
+    assert "2/5 tests collected (3 deselected)" in proc.stdout, describe(proc)
+    proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", "-k", "ct_devices_4 or ct_devices_0")
+    assert _listed(proc) == ["Gloo::test_cpu", "test_nccl_function"], describe(proc)
+
+
+@pytest.mark.parametrize("options, kept", [
+    (["--ct-max-devices=0"], ["Gloo::test_cpu", "test_plain"]),
+    (["--ct-min-devices", "2", "--ct-max-devices", "3"], ["Nccl::test_nccl", "FreshAsksForGpus::test_two_gpus"]),
+])
+def test_a_ci_job_routes_by_device_count(options, kept):
+    proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", *options)
+    assert _listed(proc) == kept, describe(proc)
+    assert f"{len(kept)}/5 tests collected ({5 - len(kept)} deselected)" in proc.stdout, describe(proc)
+
+
+def test_a_simulated_host_marks_every_world_and_a_bad_limit_is_a_usage_error(tmp_path):
+    proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", env=_env(tmp_path))
+    assert "devices needed: 2 by 2 tests, 3 by 1 test, 4 by 1 test" in proc.stdout, describe(proc)
+    proc = helpers.pytest(MARKER_SCENARIO, "--ct-max-devices=two")
+    assert proc.returncode == 4, describe(proc)
+    assert "Invalid device count 'two' from the --ct-max-devices option: expected an int >= 0" in proc.stderr
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))

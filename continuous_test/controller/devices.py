@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import inspect
 import os
 import re
 import stat
@@ -58,6 +59,7 @@ __all__ = [
     "devices_needed",
     "required_devices",
     "class_need",
+    "test_need",
     "pool_for",
     "pool_directory",
     "simulated_devices",
@@ -153,6 +155,45 @@ def class_need(cls: type, world_size: int, device_type: str, backend: Optional[s
     its tests that this host can meet (a test asking for more skips by itself)."""
     required = [required_devices(getattr(cls, name, None)) for name in methods]
     return devices_needed(world_size, device_type, backend, max([r for r in required if r <= pool_size], default=0))
+
+
+def test_need(cls: type, function: Any, method: Optional[str]) -> int:
+    """The devices one collected test needs (the pytest plugin's ``ct_devices`` marker), under the runner's
+    overrides: :func:`devices_needed` of the class's world size, device type and backend, and the
+    requirements of the test's decorators (on ``function``, a ``@distributed`` function, or the method)."""
+    device = config.resolve_device_type(cls)
+    size = _collected_world_size(cls, device, method)
+    required = max(required_devices(function), required_devices(getattr(cls, method, None) if method else None))
+    return devices_needed(size, device, _backend_spec(cls), required)
+
+
+def _collected_world_size(cls: type, device: str, method: Optional[str]) -> int:
+    overrides = config.current_overrides()
+    marked = overrides.world_size if overrides.world_size is not None else overrides.marked_world_size
+    if marked is not None:
+        return marked
+    if method is not None and isinstance(inspect.getattr_static(cls, "world_size", None), property):
+        # A per-test property (torch's get_required_world_size idiom) needs the test's instance.
+        try:
+            value = cls(method).world_size
+            value = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+        except Exception:  # noqa: BLE001 - read again below, as the run reads it
+            value = None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    try:
+        return config.class_world_size(cls, device)
+    except (unittest.SkipTest, ConfigError):
+        return 1  # no device to count, or a bad value that the run reports: at least one device
+
+
+def _backend_spec(cls: type) -> Optional[str]:
+    backend_str = getattr(cls, "backend_str", None)
+    try:
+        spec = backend_str() if callable(backend_str) else None
+    except Exception:  # noqa: BLE001 - an instance method (torch's style): the device type decides
+        return None
+    return spec if isinstance(spec, str) else None
 
 
 # -- the pool ------------------------------------------------------------------------

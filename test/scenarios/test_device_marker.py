@@ -1,0 +1,49 @@
+"""Distributed tests that need 0, 2, 3 and 4 devices, and one plain test: the ct_devices marker routes them."""
+from torch.testing._internal.common_distributed import skip_if_lt_x_gpu
+
+from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, distributed, run_tests
+
+
+class Gloo(MultiProcContinuousTest):
+    """A CPU world: 0 devices (3 under a simulated host, where every world is a GPU world)."""
+
+    world_size = 3
+
+    def test_cpu(self):
+        pass
+
+
+class Nccl(MultiProcContinuousTest):
+    """An nccl world of 2: 2 devices (skipped on a machine without nccl)."""
+
+    world_size = 2
+
+    @classmethod
+    def backend_str(cls):
+        return "nccl"
+
+    def test_nccl(self):
+        pass
+
+
+class FreshAsksForGpus(MultiProcessTestCase):
+    """torch's style: a CPU world whose test asks for 2 GPUs."""
+
+    world_size = 1
+
+    @skip_if_lt_x_gpu(2)
+    def test_two_gpus(self):
+        pass
+
+
+@distributed(world_size=4, backend="nccl")
+def test_nccl_function():
+    pass
+
+
+def test_plain():
+    pass
+
+
+if __name__ == "__main__":
+    run_tests()
