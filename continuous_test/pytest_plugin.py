@@ -344,7 +344,8 @@ def _deselect_by_devices(config: pytest.Config, items: List[pytest.Item]) -> Non
     most, least = config.stash.get(_DEVICE_LIMITS, (None, None))
     if most is None and least is None:
         return
-    kept, dropped = [], []
+    kept: List[pytest.Item] = []
+    dropped: List[pytest.Item] = []
     for item in items:
         need = item.stash.get(_NEEDS, 0)
         fits = (most is None or need <= most) and (least is None or need >= least)

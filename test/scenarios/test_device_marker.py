@@ -1,7 +1,8 @@
 """Distributed tests that need 0, 2, 3 and 4 devices, and one plain test: the ct_devices marker routes them."""
+import pytest
 from torch.testing._internal.common_distributed import skip_if_lt_x_gpu
 
-from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, distributed, run_tests
+from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, distributed
 
 
 class Gloo(MultiProcContinuousTest):
@@ -46,4 +47,4 @@ def test_plain():
 
 
 if __name__ == "__main__":
-    run_tests()
+    raise SystemExit(pytest.main([__file__]))
