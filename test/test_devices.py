@@ -215,6 +215,12 @@ def test_a_world_that_waits_too_long_fails_naming_the_setting(tmp_path):
     assert "DeviceWaitError: One (world of 1) waited 0.5 s for 1 simulated device(s)" in proc.stderr, describe(proc)
 
 
+def test_a_process_never_waits_for_its_own_idle_world(tmp_path):
+    # The module's @distributed world of 2 is idle while the class's world of 3 starts: it is parked.
+    proc = helpers.pytest("test_devices_park.py", env=_env(tmp_path, CONTINUOUS_TEST_DEVICE_WAIT="5"))
+    assert pytest_counts(proc.stdout) == {"passed": 3}, describe(proc)
+
+
 def _records(folder):
     return [json.loads(line) for path in glob.glob(os.path.join(folder, "*.jsonl")) for line in open(path)]
 

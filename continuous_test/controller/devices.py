@@ -18,12 +18,12 @@ The pool is a directory (``CONTINUOUS_TEST_DEVICE_DIR``, else
 controller for the life of the world: the kernel drops it when the process ends,
 however it ends, so a killed worker's devices go back to the pool at once.  (``flock``
 and not ``fcntl`` record locks: record locks belong to the process, so two worlds of
-one process would both get the same device.)  A world that finds too few devices
-free first stops this process's other idle worlds (they restart when next needed),
-then queues: the first waiter holds the pool's queue lock and takes devices as they
-free up, so a big world is not starved by small ones; it waits at most
-``CONTINUOUS_TEST_DEVICE_WAIT`` seconds, with a heartbeat naming what it waits for
-and who holds it.  A world larger than the pool skips.
+one process would both get the same device.)  Every lease goes through the pool's
+queue lock; its holder takes devices as they free up, so a big world is not starved
+by small ones.  A world that finds too few free first stops this process's other
+idle worlds (they restart when next needed: a process runs one test at a time, and
+would wait for itself), then waits at most ``CONTINUOUS_TEST_DEVICE_WAIT`` seconds,
+with a heartbeat naming what it waits for and who holds it.  A world larger than the pool skips.
 
 ``CONTINUOUS_TEST_SIMULATE_DEVICES=N`` makes every world lease one device per rank
 from a simulated pool of N, and its ranks see ``CUDA_VISIBLE_DEVICES`` set to their
