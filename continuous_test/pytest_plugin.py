@@ -329,12 +329,24 @@ def _mark_devices(item: pytest.Item, cls: type, overrides: Overrides) -> None:
 
     try:
         with ct_config.overridden(overrides):
-            need = devices.test_need(cls, getattr(item, "function", None), _method_name(item, cls))
+            need = devices.test_need(cls, getattr(item, "function", None), _method_name(item, cls), _size(item))
     except Exception:  # noqa: BLE001 - a class's device_type() that fails here fails its tests when they run
         need = 0
     item.stash[_NEEDS] = need
     item.add_marker(pytest.mark.ct_devices(n=need))
     item.extra_keyword_matches.add(f"{DEVICES_MARKER}_{need}")
+
+
+def _size(item: pytest.Item) -> Optional[int]:
+    """A sized test's own world size: ``test_x[ws2]`` of a class, or a ``@distributed`` function's size argument."""
+    from continuous_test import sizes
+    from continuous_test.functions import SIZE_ARG
+
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and SIZE_ARG in callspec.params:
+        return int(callspec.params[SIZE_ARG])
+    sized = sizes.parse(item.name)
+    return sized[1] if sized else None
 
 
 def _method_name(item: pytest.Item, cls: type) -> Optional[str]:

@@ -273,25 +273,27 @@ def _listed(proc):
 
 def test_every_distributed_test_is_marked_with_the_devices_it_needs():
     proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", "-m", "ct_devices(n=2)")
-    assert "continuous_test: devices needed: 2 by 2 tests (marker ct_devices(n=N)" in proc.stdout, describe(proc)
-    assert _listed(proc) == ["Nccl::test_nccl", "FreshAsksForGpus::test_two_gpus"], describe(proc)
-    assert "2/5 tests collected (3 deselected)" in proc.stdout, describe(proc)
+    assert "continuous_test: devices needed: 2 by 3 tests (marker ct_devices(n=N)" in proc.stdout, describe(proc)
+    # Each size of a test of several sizes needs its own count.
+    assert _listed(proc) == ["Nccl::test_nccl", "FreshAsksForGpus::test_two_gpus", "test_sized_function[ws2]"], \
+        describe(proc)
+    assert "3/9 tests collected (6 deselected)" in proc.stdout, describe(proc)
 
 
 @pytest.mark.parametrize("options, kept", [
     (["--ct-max-devices=0"], ["Gloo::test_cpu", "test_plain"]),
     # The keyword ct_devices_N selects too (-k): deselected with the rest.
-    (["--ct-min-devices", "3", "-k", "ct_devices_4 or ct_devices_0"], ["test_nccl_function"]),
+    (["--ct-min-devices", "3", "-k", "ct_devices_4 or ct_devices_0"], ["test_nccl_function", "test_sized_function[ws4]"]),
 ])
 def test_a_ci_job_routes_by_device_count(options, kept):
     proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", *options)
     assert _listed(proc) == kept, describe(proc)
-    assert f"{len(kept)}/5 tests collected ({5 - len(kept)} deselected)" in proc.stdout, describe(proc)
+    assert f"{len(kept)}/9 tests collected ({9 - len(kept)} deselected)" in proc.stdout, describe(proc)
 
 
 def test_a_simulated_host_marks_every_world_and_a_bad_limit_is_a_usage_error(tmp_path):
     proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", env=_env(tmp_path))
-    assert "devices needed: 2 by 2 tests, 3 by 1 test, 4 by 1 test" in proc.stdout, describe(proc)
+    assert "devices needed: 1 by 1 test, 2 by 3 tests, 3 by 2 tests, 4 by 2 tests" in proc.stdout, describe(proc)
     proc = helpers.pytest(MARKER_SCENARIO, "--ct-max-devices=two")
     assert proc.returncode == 4, describe(proc)
     assert "Invalid device count 'two' from the --ct-max-devices option: expected an int >= 0" in proc.stderr

@@ -157,12 +157,13 @@ def class_need(cls: type, world_size: int, device_type: str, backend: Optional[s
     return devices_needed(world_size, device_type, backend, max([r for r in required if r <= pool_size], default=0))
 
 
-def test_need(cls: type, function: Any, method: Optional[str]) -> int:
+def test_need(cls: type, function: Any, method: Optional[str], size: Optional[int] = None) -> int:
     """The devices one collected test needs (the pytest plugin's ``ct_devices`` marker), under the runner's
-    overrides: :func:`devices_needed` of the class's world size, device type and backend, and the
-    requirements of the test's decorators (on ``function``, a ``@distributed`` function, or the method)."""
+    overrides: :func:`devices_needed` of the test's world size (``size``, a sized test's ``test_x[ws2]``,
+    else the class's), device type and backend, and the requirements of the test's decorators (on
+    ``function``, a ``@distributed`` function, or the method)."""
     device = config.resolve_device_type(cls)
-    size = _collected_world_size(cls, device, method)
+    size = size if size is not None else _collected_world_size(cls, device, method)
     required = max(required_devices(function), required_devices(getattr(cls, method, None) if method else None))
     return devices_needed(size, device, _backend_spec(cls), required)
 

@@ -1,4 +1,5 @@
-"""Distributed tests that need 0, 2, 3 and 4 devices, and one plain test: the ct_devices marker routes them."""
+"""Distributed tests that need 0 to 4 devices (some at several world sizes), and one plain test: the ct_devices
+marker routes them."""
 import pytest
 from torch.testing._internal.common_distributed import skip_if_lt_x_gpu
 
@@ -39,6 +40,24 @@ class FreshAsksForGpus(MultiProcessTestCase):
 
 @distributed(world_size=4, backend="nccl")
 def test_nccl_function():
+    pass
+
+
+class NcclSizes(MultiProcContinuousTest):
+    """Several world sizes: each size's test needs its own count."""
+
+    world_size = [1, 3]
+
+    @classmethod
+    def backend_str(cls):
+        return "nccl"
+
+    def test_sized(self):
+        pass
+
+
+@distributed(world_size=[2, 4], backend="nccl")
+def test_sized_function():
     pass
 
 
