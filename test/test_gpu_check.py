@@ -57,6 +57,15 @@ def test_the_lease_check_fails_when_two_worlds_at_once_saw_one_gpu():
     assert check.no_shared_gpu([a]) == check.UNSEEN.format(n=1)
 
 
+@no_gpu
+def test_the_lease_check_runs_its_file_under_xdist():
+    # As if this machine had GPUs: pytest -n 2 runs test/gpu/test_leases.py, whose classes skip without nccl.
+    inventory = check.Inventory(torch.__version__, gpus=2, nccl=True)
+    [leases] = [c for c in check.CHECKS if c.name == "xdist-leases"]
+    result = check.run_check(leases, inventory)
+    assert result.status == "SKIP" and "backend 'nccl' is not available" in result.detail, result
+
+
 def test_vendored_expecttest_wheel_imports():
     # The GPU machine has no expecttest; check.py puts this wheel on the ranks' path.
     [wheel] = sorted((ROOT / "test" / "gpu" / "wheels").glob("expecttest-*.whl"))
