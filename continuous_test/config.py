@@ -69,12 +69,15 @@ __all__ = [
     "overridden",
     "current_overrides",
     "parse_positive_int",
+    "parse_non_negative_int",
+    "class_world_size",
     "parse_choice",
     "start_method",
     "START_METHODS",
     "torch_testcase_wanted",
     "check_switches",
     "resolve_device_type",
+    "device_count",
     "resolve_fresh",
     "with_world_size",
     "backend_names",
@@ -132,6 +135,7 @@ INVALID_BUDGET = "Invalid bisect budget {value!r} from {source}: expected second
 DEFAULT_CPU_WORLD_SIZE = 2
 INVALID_VALUE = "Invalid {what} {value!r} from {source}: expected a positive number of seconds"
 INVALID_INT = "Invalid {what} {value!r} from {source}: expected a positive int"
+INVALID_COUNT = "Invalid {what} {value!r} from {source}: expected an int >= 0"
 INVALID_CHOICE = "Invalid {what} {value!r} from {source}: expected one of {choices}"
 SEVERAL_SIZES = (
     "{cls} has several world sizes ({value}): each of its tests runs once per size, under the name "
@@ -171,6 +175,16 @@ def parse_positive_int(value: Any, what: str, source: str) -> int:
     if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
         raise ConfigError(INVALID_INT.format(what=what, value=value, source=source))
     return number
+
+
+def parse_non_negative_int(value: Any, what: str, source: str) -> int:
+    """Validate an int >= 0 (a device count); strings are accepted only from text sources."""
+    if isinstance(value, str) and value.strip() == "0" or value == 0 and not isinstance(value, bool):
+        return 0
+    try:
+        return parse_positive_int(value, what, source)
+    except ConfigError:
+        raise ConfigError(INVALID_COUNT.format(what=what, value=value, source=source)) from None
 
 
 def parse_choice(value: str, what: str, source: str, choices: tuple) -> str:
@@ -394,6 +408,12 @@ def resolve_device_type(cls: type) -> str:
     return str(attr() if callable(attr) else attr)
 
 
+def class_world_size(cls: type, device: str) -> int:
+    """The world size of ``cls`` under the runner's overrides (the pytest plugin asks at collection);
+    SkipTest when it defaults to a device count of 0."""
+    return _world_size(cls, device)
+
+
 def _world_size(cls: type, device: str) -> int:
     overrides = current_overrides()
     value = overrides.world_size if overrides.world_size is not None else overrides.marked_world_size
@@ -413,7 +433,8 @@ def _world_size(cls: type, device: str) -> int:
     return value
 
 
-def _device_count(device: str) -> int:
+def device_count(device: str) -> int:
+    """How many devices of type ``device`` torch sees in this process."""
     import torch
 
     return int(torch.get_device_module(device).device_count())
@@ -422,7 +443,7 @@ def _device_count(device: str) -> int:
 def _default_world_size(cls: type, device: str) -> int:
     if device == "cpu":
         return DEFAULT_CPU_WORLD_SIZE
-    count = _device_count(device)
+    count = device_count(device)
     if count == 0:
         _skip(NO_DEVICES.format(cls=cls.__qualname__, needed="at least 1", device=device, found=0))
     return count
@@ -442,7 +463,7 @@ def _backend(cls: type, device: str, world_size: int) -> Optional[str]:
         if not dist.is_backend_available(name):
             _skip(BACKEND_UNAVAILABLE.format(cls=cls.__qualname__, name=name))
     if device != "cpu":
-        found = _device_count(device)
+        found = device_count(device)
         if found < world_size:
             _skip(NO_DEVICES.format(cls=cls.__qualname__, needed=world_size, device=device, found=found))
     return spec

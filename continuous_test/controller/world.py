@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from continuous_test import config
-from continuous_test.controller import output as rank_output, progress
+from continuous_test.controller import devices, output as rank_output, progress
 from continuous_test.controller.processes import RankProcess, kill_ranks, start_ranks
 from continuous_test.controller.watch import Goal, Waited, Watch
 from continuous_test.errors import RankDiedError, WorldStartError
@@ -61,6 +61,7 @@ __all__ = [
     "start_world_for",
     "stop_world",
     "stop_all",
+    "park_idle_worlds",
 ]
 
 RESTART_NOTE = "(the world of {n} ranks is restarted before the next test)"
@@ -151,6 +152,9 @@ class World:
         self._ahead: Optional[Tuple[TestPlan, Tuple[int, float]]] = None
         self.sent_ahead = 0  # how many tests were sent ahead (test_ahead's scenarios read it)
         self.starts = 0  # how many times the ranks were started (bisect's history is per start)
+        # The devices the running ranks use (continuous_test.controller.devices), held from
+        # start() until the ranks are killed.
+        self.lease: Optional[devices.Lease] = None
 
     def _require(self, action: str, *wanted: WorldState) -> None:
         if self.state not in wanted:
@@ -173,13 +177,30 @@ class World:
         self._reinit = None
         self.starts += 1
         try:
-            self.ranks = start_ranks(self.cls, self.settings, self.dir)
+            self.lease = self._lease()
+            self.ranks = start_ranks(self.cls, self.settings, self.dir,
+                                     devices=self.lease.env() if self.lease is not None else None)
             self._watch = Watch(self.ranks)
             self._await_ready()
         except BaseException:
             self._discard()
             raise
         self.state = WorldState.READY
+
+    def _lease(self) -> Optional[devices.Lease]:
+        """Lease the devices this world needs (waiting for them if other worlds hold them); None if none."""
+        import unittest
+
+        s, cls = self.settings, self.cls
+        methods = unittest.defaultTestLoader.getTestCaseNames(cls)
+        return devices.lease_for(
+            s.device_type, lambda size: devices.class_need(cls, s.world_size, s.device_type, s.backend, methods, size),
+            f"{cls.__qualname__} (world of {s.world_size})", make_room=lambda: park_idle_worlds(self))
+
+    def park(self) -> None:
+        """Stop an idle world to give its devices to another world of this process; it starts again when needed."""
+        deaths = self.stop()
+        self.late_deaths = deaths  # still reported when the class ends
 
     def _await_ready(self) -> None:
         assert self._watch is not None
@@ -363,6 +384,9 @@ class World:
             self._watch = None
         kill_ranks(self.ranks)
         self.ranks = []
+        if self.lease is not None:  # after the ranks are gone: nothing of theirs is left on the devices
+            self.lease.release()
+            self.lease = None
 
     def _shutdown_gracefully(self) -> None:
         assert self._watch is not None
@@ -423,6 +447,17 @@ def world_for(cls: type, settings: config.ClassSettings, size: Optional[int] = N
             world.stop()
         world = _WORLDS[(cls, size)] = World(cls, settings)
     return world
+
+
+def park_idle_worlds(waiting: Optional[World]) -> None:
+    """Stop this process's idle worlds that hold devices, for ``waiting``, which lacks some.
+
+    A process runs one test at a time: a world of it that holds devices while
+    another of its worlds waits for them would wait for itself.
+    """
+    for world in list(_WORLDS.values()):
+        if world is not waiting and world.lease is not None and world.state is WorldState.READY:
+            world.park()
 
 
 def start_world_for(cls: type, size: Optional[int] = None) -> World:
