@@ -45,6 +45,7 @@ import unittest
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Iterator, Mapping, NoReturn, Optional, TypeVar
 
+from continuous_test import sizes
 from continuous_test.errors import ConfigError
 from continuous_test.wire.env import (
     ENV_BISECT,
@@ -68,12 +69,15 @@ __all__ = [
     "overridden",
     "current_overrides",
     "parse_positive_int",
+    "parse_non_negative_int",
+    "class_world_size",
     "parse_choice",
     "start_method",
     "START_METHODS",
     "torch_testcase_wanted",
     "check_switches",
     "resolve_device_type",
+    "device_count",
     "resolve_fresh",
     "with_world_size",
     "backend_names",
@@ -131,10 +135,15 @@ INVALID_BUDGET = "Invalid bisect budget {value!r} from {source}: expected second
 DEFAULT_CPU_WORLD_SIZE = 2
 INVALID_VALUE = "Invalid {what} {value!r} from {source}: expected a positive number of seconds"
 INVALID_INT = "Invalid {what} {value!r} from {source}: expected a positive int"
+INVALID_COUNT = "Invalid {what} {value!r} from {source}: expected an int >= 0"
 INVALID_CHOICE = "Invalid {what} {value!r} from {source}: expected one of {choices}"
+SEVERAL_SIZES = (
+    "{cls} has several world sizes ({value}): each of its tests runs once per size, under the name "
+    "test_x[wsN]; run the tests by those names"
+)
 BAD_WORLD_SIZE = (
     "{cls}.world_size must be a positive int, got {value!r}; set it as a class "
-    "attribute (world_size = 2) or a property that returns an int"
+    "attribute (world_size = 2, or world_size = [1, 2] for each test at each size) or a property that returns one"
 )
 NOT_IMPORTABLE = (
     "{cls} cannot be imported by its rank processes ({why}); define the test class at "
@@ -166,6 +175,16 @@ def parse_positive_int(value: Any, what: str, source: str) -> int:
     if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
         raise ConfigError(INVALID_INT.format(what=what, value=value, source=source))
     return number
+
+
+def parse_non_negative_int(value: Any, what: str, source: str) -> int:
+    """Validate an int >= 0 (a device count); strings are accepted only from text sources."""
+    if isinstance(value, str) and value.strip() == "0" or value == 0 and not isinstance(value, bool):
+        return 0
+    try:
+        return parse_positive_int(value, what, source)
+    except ConfigError:
+        raise ConfigError(INVALID_COUNT.format(what=what, value=value, source=source)) from None
 
 
 def parse_choice(value: str, what: str, source: str, choices: tuple) -> str:
@@ -333,7 +352,8 @@ def resolve(cls: type, world_size: Optional[int] = None, check_importable: bool 
     """Read and check ``cls``'s settings: ConfigError for a bad value, SkipTest for a backend or device missing here.
 
     ``world_size`` is the size a launcher already started (torchrun, srun), which the
-    class is then checked against by the caller.
+    class is then checked against by the caller, or a sized test's own size
+    (``test_x[ws2]``, :mod:`continuous_test.sizes`), which no other setting overrides.
     """
     if check_importable:
         _check_importable(cls)
@@ -347,11 +367,12 @@ def resolve(cls: type, world_size: Optional[int] = None, check_importable: bool 
     )
 
 
-def resolve_fresh(cls: type, world_size: Any, env: Mapping[str, str] = os.environ) -> ClassSettings:
-    """Settings of one MultiProcessTestCase test, whose world size the instance gives."""
+def resolve_fresh(cls: type, world_size: Any, env: Mapping[str, str] = os.environ, sized: bool = False) -> ClassSettings:
+    """Settings of one MultiProcessTestCase test, whose world size the instance gives (``sized``: its own, from
+    a list of sizes, which no other setting overrides)."""
     overrides = current_overrides()
     value = overrides.world_size if overrides.world_size is not None else overrides.marked_world_size
-    value = world_size if value is None else value
+    value = world_size if value is None or sized else value
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)  # torch's TestDistBackend returns os.environ["WORLD_SIZE"]; torch's class takes int() of it
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -387,6 +408,12 @@ def resolve_device_type(cls: type) -> str:
     return str(attr() if callable(attr) else attr)
 
 
+def class_world_size(cls: type, device: str) -> int:
+    """The world size of ``cls`` under the runner's overrides (the pytest plugin asks at collection);
+    SkipTest when it defaults to a device count of 0."""
+    return _world_size(cls, device)
+
+
 def _world_size(cls: type, device: str) -> int:
     overrides = current_overrides()
     value = overrides.world_size if overrides.world_size is not None else overrides.marked_world_size
@@ -395,6 +422,10 @@ def _world_size(cls: type, device: str) -> int:
         # A property is read on a bare instance: torch's classes define world_size
         # as a property whose value does not depend on the test.
         value = attr.fget(object.__new__(cls)) if isinstance(attr, property) and attr.fget else getattr(cls, "world_size", None)
+    if sizes.is_list(value):
+        sizes.check(value, f"{cls.__qualname__}.world_size")  # a bad list: which, and why
+    if isinstance(value, sizes.WorldSizes) or sizes.is_list(value):
+        raise ConfigError(SEVERAL_SIZES.format(cls=cls.__qualname__, value=getattr(value, "sizes", value)))
     if value is None or value == -2:  # -2 is torch's "unset"
         return _default_world_size(cls, device)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -402,7 +433,8 @@ def _world_size(cls: type, device: str) -> int:
     return value
 
 
-def _device_count(device: str) -> int:
+def device_count(device: str) -> int:
+    """How many devices of type ``device`` torch sees in this process."""
     import torch
 
     return int(torch.get_device_module(device).device_count())
@@ -411,7 +443,7 @@ def _device_count(device: str) -> int:
 def _default_world_size(cls: type, device: str) -> int:
     if device == "cpu":
         return DEFAULT_CPU_WORLD_SIZE
-    count = _device_count(device)
+    count = device_count(device)
     if count == 0:
         _skip(NO_DEVICES.format(cls=cls.__qualname__, needed="at least 1", device=device, found=0))
     return count
@@ -431,7 +463,7 @@ def _backend(cls: type, device: str, world_size: int) -> Optional[str]:
         if not dist.is_backend_available(name):
             _skip(BACKEND_UNAVAILABLE.format(cls=cls.__qualname__, name=name))
     if device != "cpu":
-        found = _device_count(device)
+        found = device_count(device)
         if found < world_size:
             _skip(NO_DEVICES.format(cls=cls.__qualname__, needed=world_size, device=device, found=found))
     return spec

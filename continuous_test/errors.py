@@ -21,6 +21,7 @@ __all__ = [
     "LeakWarning",
     "LeakError",
     "WorldStartError",
+    "DeviceWaitError",
     "RendezvousError",
     "ProtocolError",
     "RebindError",
@@ -84,6 +85,10 @@ class LeakError(AssertionError):
 
 class WorldStartError(RuntimeError):
     """A world could not be started; the message names the class and the rank."""
+
+
+class DeviceWaitError(WorldStartError):
+    """A world waited longer than its bound for the devices it needs; the message says who holds them."""
 
 
 class RendezvousError(RuntimeError):

@@ -23,6 +23,12 @@
   test's times), ``--ct-report-html=FILE`` its picture
   (:mod:`continuous_test.controller.run_log`, :mod:`continuous_test.report_html`);
   under xdist each worker sends its part to the main process, which writes them.
+* **Devices.**  Every distributed test is marked at collection with the devices it
+  needs, ``ct_devices(n=N)`` (:func:`continuous_test.controller.devices.devices_needed`;
+  0 for a CPU world), and with the keyword ``ct_devices_N``; ``--ct-max-devices N`` and
+  ``--ct-min-devices N`` deselect the tests that need more or fewer (a test that is
+  not distributed needs 0).  ``--collect-only`` says how many tests need how many.
+  See ``docs/devices.rst``.
 * **Module worlds.**  The shared world of a module's ``@distributed`` functions is
   stopped when the last test of that module is done.
 """
@@ -43,6 +49,7 @@ __all__ = [
     "pytest_collection_modifyitems",
     "pytest_runtest_protocol",
     "pytest_collection_finish",
+    "pytest_report_collectionfinish",
     "pytest_runtest_makereport",
     "pytest_runtest_makereport_hide_frames",
     "pytest_runtest_teardown",
@@ -52,6 +59,8 @@ __all__ = [
     "pytest_unconfigure",
     "pytest_sessionfinish",
     "pytest_testnodedown",
+    "pytest_pycollect_makeitem",
+    "pytest_generate_tests",
 ]
 
 TIMEOUT_HELP = "per-test time limit in seconds for distributed tests (overrides CONTINUOUS_TEST_TIMEOUT)"
@@ -67,6 +76,14 @@ WORLD_SIZE_ON_A_TEST = (
 )
 REPORT_HELP = "write the run's JSON report (worlds, tests, times, diagnoses) to FILE (CONTINUOUS_TEST_REPORT)"
 REPORT_HTML_HELP = "draw the run as one self-contained HTML page in FILE (CONTINUOUS_TEST_REPORT_HTML)"
+SIZES_ON_A_FUNCTION = (
+    "{test}: a world_size marker with several sizes ({sizes}) applies to test classes; give the @distributed "
+    "function world_size={sizes} instead"
+)
+MAX_DEVICES_HELP = "deselect the distributed tests that need more than N devices (a CPU-only gloo test needs 0)"
+MIN_DEVICES_HELP = "deselect the tests that need fewer than N devices"
+DEVICES_MARKER = "ct_devices"
+DEVICES_LINE = "continuous_test: devices needed: {counts} (marker ct_devices(n=N); select with -m \"ct_devices(n=N)\")"
 BISECT_HELP = "seconds per run for rerunning and bisecting failed distributed tests, or off (default 120)"
 
 
@@ -81,6 +98,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ct-bisect", dest="ct_bisect", default=None, metavar="SECONDS", help=BISECT_HELP)
     group.addoption("--ct-report", dest="ct_report", default=None, metavar="FILE", help=REPORT_HELP)
     group.addoption("--ct-report-html", dest="ct_report_html", default=None, metavar="FILE", help=REPORT_HTML_HELP)
+    group.addoption("--ct-max-devices", dest="ct_max_devices", default=None, metavar="N", help=MAX_DEVICES_HELP)
+    group.addoption("--ct-min-devices", dest="ct_min_devices", default=None, metavar="N", help=MIN_DEVICES_HELP)
     group.addoption("--ct-live-output", dest="ct_live_output", action="store_true", default=None,
                     help=LIVE_OUTPUT_HELP)
     parser.addini("ct_timeout", TIMEOUT_HELP, default=None)
@@ -101,6 +120,17 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     args[:] = [f"--ct-shuffle={SHUFFLE_RANDOM}" if arg == "--ct-shuffle" else arg for arg in args]
 
 
+def _export_launch() -> None:
+    """Under srun or mpiexec, export torchrun's variables (``RANK``, ...) before the test files are imported.
+
+    A bad or missing launcher setting (mpiexec across hosts without ``MASTER_ADDR``)
+    is a ConfigError, which stops the session with its message.
+    """
+    from continuous_test.launched.detect import detect, export_env
+
+    export_env(detect())
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers and read the command-line settings (command line beats ini)."""
     from continuous_test import config as ct_config
@@ -109,6 +139,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ct_timeout(seconds): per-test time limit of a distributed test")
     config.addinivalue_line("markers", "ct_leaks(policy): leak policy (restore, fail, off) of a distributed test")
     config.addinivalue_line("markers", "ct_record(on): record collective calls for the timeline (False: off)")
+    config.addinivalue_line("markers", "ct_devices(n): set by continuous_test at collection: the devices a "
+                                       "distributed test needs (0 for a CPU world); see docs/devices.rst")
     if getattr(config.option, "showlocals", False):  # -l: the ranks' tracebacks show local variables too
         from continuous_test.wire.env import ENV_TB_LOCALS
 
@@ -119,6 +151,8 @@ def pytest_configure(config: pytest.Config) -> None:
         world_size, source = _setting(config, "ct_world_size")
         size = None if world_size is None else ct_config.parse_positive_int(world_size, "world size", source)
         _configure_isolation(config)
+        _export_launch()
+        _device_limits(config)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     # Kept on this session's config, never in module globals: a later session in
@@ -129,6 +163,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
     run_log.reset()  # a later session in the same process starts a new record
     _progress_through_terminal(config)
+
+
+_DEVICE_LIMITS = pytest.StashKey[tuple]()
+_NEEDS = pytest.StashKey[int]()
+
+
+def _device_limits(config: pytest.Config) -> None:
+    """Check --ct-max-devices and --ct-min-devices (ConfigError naming the bad one) and keep them."""
+    from continuous_test import config as ct_config
+
+    limits = []
+    for name in ("ct_max_devices", "ct_min_devices"):
+        value = config.getoption(name)
+        option = f"the --{name.replace('_', '-')} option"
+        limits.append(None if value is None else ct_config.parse_non_negative_int(value, "device count", option))
+    config.stash[_DEVICE_LIMITS] = tuple(limits)
 
 
 def _progress_through_terminal(config: pytest.Config) -> None:
@@ -234,9 +284,41 @@ def _test_class(item: pytest.Item) -> Optional[type]:
     return rank_class_of(getattr(item, "cls", None)) or rank_class_of(getattr(item, "function", None))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> None:
+    """Give a distributed test class marked ``world_size([1, 2])`` (on it, or on its module) one test per size."""
+    import inspect
+
+    if not inspect.isclass(obj) or not getattr(obj, "_ct_runs_in_ranks", False):
+        return None
+    own = [m for m in getattr(obj, "pytestmark", []) if getattr(m, "name", None) == "world_size"]
+    marker = own[0] if own else collector.get_closest_marker("world_size")
+    if marker is None:
+        return None
+    from continuous_test import sizes
+
+    value = _marker_arg(marker)
+    if sizes.is_list(value):
+        try:
+            sizes.expand(obj, sizes.check(value, f"the world_size marker of {obj.__qualname__}"))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A ``@distributed`` function of several world sizes runs once per size: ids ``test_x[ws2]``."""
+    from continuous_test.functions import SIZE_ARG, function_sizes
+
+    several = function_sizes(metafunc.function)
+    if several is not None and SIZE_ARG in metafunc.fixturenames:
+        metafunc.parametrize(SIZE_ARG, several, ids=[f"ws{size}" for size in several])
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m and -k deselect: they may select by the ct_devices marker
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     """Shuffle the order if asked; check the markers of distributed tests, and keep them per test."""
-    from continuous_test import config as ct_config
+    from continuous_test import config as ct_config, sizes
 
     seed = ct_config.shuffle_seed()
     if seed is not None:
@@ -253,7 +335,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
             marker = item.get_closest_marker("world_size")
             if marker is not None and _shared_world(cls) and any(m.name == "world_size" for m in item.own_markers):
                 raise pytest.UsageError(WORLD_SIZE_ON_A_TEST.format(test=item.nodeid))
-            if marker is not None:
+            if marker is not None and sizes.is_list(_marker_arg(marker)):
+                if getattr(item, "cls", None) is None:
+                    raise pytest.UsageError(SIZES_ON_A_FUNCTION.format(test=item.nodeid, sizes=_marker_arg(marker)))
+                sized = sizes.parse(item.name)
+                size = sized[1] if sized else None  # the test's own size (test_x[ws2])
+            elif marker is not None:
                 size = ct_config.parse_positive_int(_marker_arg(marker), "world size",
                                                     f"the world_size marker of {item.nodeid}")
             marker = item.get_closest_marker("ct_timeout")
@@ -263,6 +350,70 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
             raise pytest.UsageError(str(exc)) from None
         item.stash[_MARKED] = ct_config.Overrides(time_limit=base.time_limit, world_size=base.world_size,
                                                   marked_time_limit=limit, marked_world_size=size)
+        _mark_devices(item, cls, item.stash[_MARKED])
+    _deselect_by_devices(config, items)
+
+
+def _mark_devices(item: pytest.Item, cls: type, overrides: Overrides) -> None:
+    """Mark ``item`` with the devices it needs: ``ct_devices(n=N)`` and the keyword ``ct_devices_N``."""
+    from continuous_test import config as ct_config
+    from continuous_test.controller import devices
+
+    try:
+        with ct_config.overridden(overrides):
+            need = devices.test_need(cls, getattr(item, "function", None), _method_name(item, cls), _size(item))
+    except Exception:  # noqa: BLE001 - a class's device_type() that fails here fails its tests when they run
+        need = 0
+    item.stash[_NEEDS] = need
+    item.add_marker(pytest.mark.ct_devices(n=need))
+    item.extra_keyword_matches.add(f"{DEVICES_MARKER}_{need}")
+
+
+def _size(item: pytest.Item) -> Optional[int]:
+    """A sized test's own world size: ``test_x[ws2]`` of a class, or a ``@distributed`` function's size argument."""
+    from continuous_test import sizes
+    from continuous_test.functions import SIZE_ARG
+
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and SIZE_ARG in callspec.params:
+        return int(callspec.params[SIZE_ARG])
+    sized = sizes.parse(item.name)
+    return sized[1] if sized else None
+
+
+def _method_name(item: pytest.Item, cls: type) -> Optional[str]:
+    name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+    return name if callable(getattr(cls, name, None)) else None
+
+
+def _deselect_by_devices(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Deselect (pytest's way, so that they count as deselected) what --ct-max/min-devices leave out."""
+    most, least = config.stash.get(_DEVICE_LIMITS, (None, None))
+    if most is None and least is None:
+        return
+    kept: List[pytest.Item] = []
+    dropped: List[pytest.Item] = []
+    for item in items:
+        need = item.stash.get(_NEEDS, 0)
+        fits = (most is None or need <= most) and (least is None or need >= least)
+        (kept if fits else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def pytest_report_collectionfinish(config: pytest.Config, start_path: Any, items: List[pytest.Item]) -> Any:
+    """Under --collect-only, say how many distributed tests need how many devices."""
+    if not config.option.collectonly:
+        return None
+    counts: dict = {}
+    for item in items:
+        if _NEEDS in item.stash:
+            counts[item.stash[_NEEDS]] = counts.get(item.stash[_NEEDS], 0) + 1
+    if not counts:
+        return None
+    text = ", ".join(f"{need} by {n} test{'s' if n != 1 else ''}" for need, n in sorted(counts.items()))
+    return DEVICES_LINE.format(counts=text)
 
 
 def _marker_arg(marker: Any) -> Any:

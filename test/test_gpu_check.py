@@ -33,7 +33,8 @@ def test_every_check_skips_without_gpus():
     results = [line for line in lines if line.split(" ", 1)[0] in ("PASS", "FAIL", "SKIP")]
     assert [line.split()[1] for line in results] == [c.name for c in check.CHECKS]
     assert all(line.startswith("SKIP") and "no CUDA GPU" in line for line in results), proc.stdout
-    assert lines[-1] == check.SUMMARY.format(total=7, passed=0, skipped=7, failed=0)
+    n = len(check.CHECKS)
+    assert lines[-1] == check.SUMMARY.format(total=n, passed=0, skipped=n, failed=0)
 
 
 @no_gpu
@@ -43,6 +44,26 @@ def test_a_check_runs_the_file_and_reports_its_skip_reason():
     result = check.run_check(check.CHECKS[0], inventory)
     assert (result.name, result.status) == ("world-nccl-1", "SKIP"), result
     assert "backend 'nccl' is not available" in result.detail, result
+
+
+def test_the_lease_check_fails_when_two_worlds_at_once_saw_one_gpu():
+    # xdist-leases: two one-GPU classes under pytest -n 2 (test/gpu/test_leases.py); judged from the ranks' records.
+    assert "xdist-leases" in [c.name for c in check.CHECKS]
+    a = {"test": "A", "uuid": "GPU-1", "count": 1, "visible": "0", "start": 0.0, "end": 2.0}
+    assert check.no_shared_gpu([a, {**a, "test": "B", "uuid": "GPU-2", "start": 1.0, "end": 3.0}]) == ""
+    assert check.no_shared_gpu([a, {**a, "test": "B", "start": 2.5, "end": 3.0}]) == ""  # one after the other
+    assert check.no_shared_gpu([a, {**a, "test": "B", "start": 1.0, "end": 3.0}]).startswith("worlds that ran")
+    assert "saw 2 GPUs" in check.no_shared_gpu([a, {**a, "test": "B", "count": 2}])
+    assert check.no_shared_gpu([a]) == check.UNSEEN.format(n=1)
+
+
+@no_gpu
+def test_the_lease_check_runs_its_file_under_xdist():
+    # As if this machine had GPUs: pytest -n 2 runs test/gpu/test_leases.py, whose classes skip without nccl.
+    inventory = check.Inventory(torch.__version__, gpus=2, nccl=True)
+    [leases] = [c for c in check.CHECKS if c.name == "xdist-leases"]
+    result = check.run_check(leases, inventory)
+    assert result.status == "SKIP" and "backend 'nccl' is not available" in result.detail, result
 
 
 def test_vendored_expecttest_wheel_imports():

@@ -12,8 +12,8 @@ import time
 import unittest
 from typing import Any, Dict, List, Optional, Tuple
 
-from continuous_test import config
-from continuous_test.controller import output as rank_output, progress, run_log
+from continuous_test import config, sizes
+from continuous_test.controller import devices, output as rank_output, progress, run_log
 from continuous_test.controller.processes import (
     KILL_TIMEOUT,
     SPARES,
@@ -42,10 +42,24 @@ class FreshRanks:
         # How each rank ended, as wait() saw it (exit codes declared or reported).
         self.exits: Dict[int, Optional[int]] = {}
         self.sent = time.monotonic()  # when the ranks were started (they run the test at once)
+        # The devices the ranks use (continuous_test.controller.devices), until stop().
+        self.lease: Optional[devices.Lease] = None
 
     def start(self) -> None:
-        """Fork the ranks; each starts running the test at once."""
-        self.ranks = start_ranks(self.cls, self.settings, self.world_dir, RankKind.FRESH, self.method, self.rendezvous)
+        """Lease the devices the test needs, then fork the ranks; each starts running the test at once."""
+        from continuous_test.controller.world import park_idle_worlds
+
+        s, cls, method = self.settings, self.cls, self.method
+        self.lease = devices.lease_for(
+            s.device_type, lambda size: devices.class_need(cls, s.world_size, s.device_type, s.backend, [method], size),
+            f"{cls.__qualname__}.{method} (world of {s.world_size})", make_room=lambda: park_idle_worlds(None))
+        try:
+            self.ranks = start_ranks(cls, s, self.world_dir, RankKind.FRESH, method, self.rendezvous,
+                                     self.lease.env() if self.lease is not None else None)
+        except BaseException:
+            if self.lease is not None:
+                self.lease.release()
+            raise
         self._watch = Watch(self.ranks)
 
     def wait(self, time_limit: float, grace: float, progress: Any = None) -> Tuple[Waited, Dict[int, str]]:
@@ -72,9 +86,16 @@ class FreshRanks:
         if self._watch is not None:
             self._watch.close()
             declared, self._watch = self._watch.declared, None
+        if self.lease is not None:
+            # The devices go back only once every rank is gone: a rank still ending
+            # may hold memory on them.
+            declared = set()
         retire([h for h in self.ranks if h.rank in declared])
         kill_ranks([h for h in self.ranks if h.rank not in declared])
         self.ranks = []
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
 
 
 class RankView:
@@ -112,7 +133,7 @@ def test_dir(cls: type) -> str:
 
 def start(cls: type, method: str, world_size: Any, world_dir: str, rendezvous: str) -> FreshRanks:
     """Start the fresh ranks of one test (each runs it at once); the next test's are forked meanwhile."""
-    settings = config.resolve_fresh(cls, world_size)
+    settings = config.resolve_fresh(cls, world_size, sized=sizes.parse(method) is not None)
     fresh = FreshRanks(cls, settings, method, world_dir, rendezvous)
     fresh.start()
     run_log.log().fresh_started(cls, settings.world_size, fresh.sent)

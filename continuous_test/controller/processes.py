@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from continuous_test._procfs import running
 from continuous_test.controller import coverage as controller_coverage
@@ -114,29 +114,36 @@ class RankProcess:
 
 
 def rank_specs(cls: type, settings: ClassSettings, world_dir: str, kind: RankKind = RankKind.SHARED,
-               method: Optional[str] = None, rendezvous: Optional[str] = None) -> List[RankSpec]:
-    """The specs of ``settings.world_size`` ranks of ``cls`` in ``world_dir``; creates the rendezvous file."""
+               method: Optional[str] = None, rendezvous: Optional[str] = None,
+               devices: Optional[Mapping[str, str]] = None) -> List[RankSpec]:
+    """The specs of ``settings.world_size`` ranks of ``cls`` in ``world_dir``; creates the rendezvous file.
+
+    ``devices`` is the world's device lease as environment variables
+    (:meth:`continuous_test.controller.devices.Lease.env`): its ranks see only those devices.
+    """
     module = sys.modules.get(cls.__module__)
     module_file = getattr(module, "__file__", None)
     rendezvous = rendezvous or os.path.join(world_dir, "rendezvous")
     os.close(os.open(rendezvous, os.O_WRONLY | os.O_CREAT, 0o600))
     env = controller_coverage.rank_environment()
+    env.update(devices or {})
     private, parent, controller = template.private_dir(), template.parent_pid(), os.getpid()
     return [RankSpec(rank, settings.world_size, cls.__module__, cls.__qualname__, module_file,
                      world_dir, rendezvous, os.path.join(world_dir, f"rank{rank}.log"), env,
                      private, kind, method, controller_pid=controller, parent_pid=parent, settings=settings,
-                     torch_settings=template.process_settings(), output_dir=kept.directory())
+                     torch_settings=template.process_settings(), output_dir=kept.planned())
             for rank in range(settings.world_size)]
 
 
 def start_ranks(cls: type, settings: ClassSettings, world_dir: str, kind: RankKind = RankKind.SHARED,
-                method: Optional[str] = None, rendezvous: Optional[str] = None) -> List[RankProcess]:
+                method: Optional[str] = None, rendezvous: Optional[str] = None,
+                devices: Optional[Mapping[str, str]] = None) -> List[RankProcess]:
     """Start ``settings.world_size`` ranks: spares forked ahead if there are, else forked now.
 
     Each rank starts as ``kind`` (shared or fresh); retired ranks that ended are reaped first.
     """
     reap_retired()
-    specs = rank_specs(cls, settings, world_dir, kind, method, rendezvous)
+    specs = rank_specs(cls, settings, world_dir, kind, method, rendezvous, devices)
     ranks = SPARES.take(specs)
     return ranks if ranks is not None else _fork_ranks(specs, cls.__name__)
 

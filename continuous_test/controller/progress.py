@@ -31,6 +31,7 @@ __all__ = [
     "use_pytest",
     "use_unittest",
     "for_test",
+    "note_waiting",
     "heartbeat_seconds",
     "live_output",
     "ENV_HEARTBEAT",
@@ -124,6 +125,21 @@ def for_test(test: str, limit: float, ranks: Iterable[Any], start: Optional[floa
     if not beat and not live:
         return None
     return Progress(test, limit, {h.rank: h for h in ranks}, beat, live, _where.emit or _stderr, start)
+
+
+def note_waiting() -> Optional[Callable[[str], None]]:
+    """Where a world waiting for devices says what it waits for (:mod:`continuous_test.controller.devices`):
+    heartbeat lines, printed as the heartbeats of a running test are; None when those are off."""
+    if not _where.verbose:
+        return None
+    emit = _where.emit or _stderr
+    state = {"first": True}
+
+    def line(text: str) -> None:
+        emit(text, state["first"])
+        state["first"] = False
+
+    return line
 
 
 def _stderr(line: str, first: bool) -> None:

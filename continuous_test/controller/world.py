@@ -24,7 +24,7 @@ test *k* plainly and the runner's next test *k + 1* of this class is known,
     run_test(j), j != k+1, or stop():  k+1 is stopped with the world (killed), start() again
 
 A rank that dies once *k + 1* was sent fails *k + 1*, not "between tests".
-Worlds are kept in a registry keyed by test class (never on the class itself)
+Worlds are kept in a registry keyed by test class and size (never on the class itself)
 and all are stopped at interpreter exit.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from continuous_test import config
-from continuous_test.controller import output as rank_output, progress, run_log
+from continuous_test.controller import devices, output as rank_output, progress, run_log
 from continuous_test.controller.processes import RankProcess, kill_ranks, start_ranks
 from continuous_test.controller.watch import Goal, Waited, Watch
 from continuous_test.errors import RankDiedError, WorldStartError
@@ -61,6 +61,7 @@ __all__ = [
     "start_world_for",
     "stop_world",
     "stop_all",
+    "park_idle_worlds",
 ]
 
 RESTART_NOTE = "(the world of {n} ranks is restarted before the next test)"
@@ -153,6 +154,9 @@ class World:
         self.starts = 0  # how many times the ranks were started (bisect's history is per start)
         # What the run log says this world's starts are for: tests, or a rerun or bisect (set by bisect).
         self.purpose = "tests"
+        # The devices the running ranks use (continuous_test.controller.devices), held from
+        # start() until the ranks are killed.
+        self.lease: Optional[devices.Lease] = None
 
     def _require(self, action: str, *wanted: WorldState) -> None:
         if self.state not in wanted:
@@ -176,7 +180,9 @@ class World:
         self._reinit = None
         self.starts += 1
         try:
-            self.ranks = start_ranks(self.cls, self.settings, self.dir)
+            self.lease = self._lease()
+            self.ranks = start_ranks(self.cls, self.settings, self.dir,
+                                     devices=self.lease.env() if self.lease is not None else None)
             self._watch = Watch(self.ranks)
             self._await_ready()
         except BaseException as exc:
@@ -188,6 +194,21 @@ class World:
             raise
         self.state = WorldState.READY
         run_log.log().world_started(self, began, self.purpose)
+
+    def _lease(self) -> Optional[devices.Lease]:
+        """Lease the devices this world needs (waiting for them if other worlds hold them); None if none."""
+        import unittest
+
+        s, cls = self.settings, self.cls
+        methods = unittest.defaultTestLoader.getTestCaseNames(cls)
+        return devices.lease_for(
+            s.device_type, lambda size: devices.class_need(cls, s.world_size, s.device_type, s.backend, methods, size),
+            f"{cls.__qualname__} (world of {s.world_size})", make_room=lambda: park_idle_worlds(self))
+
+    def park(self) -> None:
+        """Stop an idle world to give its devices to another world of this process; it starts again when needed."""
+        deaths = self.stop()
+        self.late_deaths = deaths  # still reported when the class ends
 
     def _await_ready(self) -> None:
         assert self._watch is not None
@@ -374,6 +395,9 @@ class World:
             self._watch = None
         kill_ranks(self.ranks)
         self.ranks = []
+        if self.lease is not None:  # after the ranks are gone: nothing of theirs is left on the devices
+            self.lease.release()
+            self.lease = None
 
     def _shutdown_gracefully(self) -> None:
         assert self._watch is not None
@@ -421,29 +445,43 @@ def _with_details(text: str, tb: Optional[str], rank: int, output: str) -> str:
 
 # -- registry -----------------------------------------------------------------------
 
-_WORLDS: Dict[type, World] = {}
+# (class, size): a class with several sizes (continuous_test.sizes) has a world per
+# size; None for a class of one size.
+_WORLDS: Dict[Tuple[type, Optional[int]], World] = {}
 
 
-def world_for(cls: type, settings: config.ClassSettings) -> World:
-    """The world of ``cls``, created on first use; one with other settings is stopped and replaced."""
-    world = _WORLDS.get(cls)
+def world_for(cls: type, settings: config.ClassSettings, size: Optional[int] = None) -> World:
+    """The world of ``cls`` (at ``size``), created on first use; one with other settings is stopped and replaced."""
+    world = _WORLDS.get((cls, size))
     if world is None or world.settings != settings:
         if world is not None:
             world.stop()
-        world = _WORLDS[cls] = World(cls, settings)
+        world = _WORLDS[(cls, size)] = World(cls, settings)
     return world
 
 
-def start_world_for(cls: type) -> World:
-    """Return the started world of ``cls``; unless it is READY, its configuration is checked first.
+def park_idle_worlds(waiting: Optional[World]) -> None:
+    """Stop this process's idle worlds that hold devices, for ``waiting``, which lacks some.
+
+    A process runs one test at a time: a world of it that holds devices while
+    another of its worlds waits for them would wait for itself.
+    """
+    for world in list(_WORLDS.values()):
+        if world is not waiting and world.lease is not None and world.state is WorldState.READY:
+            world.park()
+
+
+def start_world_for(cls: type, size: Optional[int] = None) -> World:
+    """Return the started world of ``cls`` (of a sized test's ``size``); unless it is READY, its configuration
+    is checked first.
 
     A world that failed to start is not retried for the rest of the class: every
     later test reports the same error (or skip) at once.
     """
-    world = _WORLDS.get(cls)
+    world = _WORLDS.get((cls, size))
     if world is not None and world.state is WorldState.READY:
         return world  # checked when it started
-    world = world_for(cls, config.resolve(cls))
+    world = world_for(cls, config.resolve(cls, size), size)
     if world.start_error is not None:
         raise _again(world.start_error, cls)
     try:
@@ -468,19 +506,18 @@ def _again(error: BaseException, cls: type) -> BaseException:
 
 
 def stop_world(cls: type) -> None:
-    """Stop the world of ``cls``, if it has one; raises RankDiedError if a rank died outside a test."""
-    world = _WORLDS.pop(cls, None)
-    if world is None:
-        return
-    deaths = world.stop()
+    """Stop the worlds of ``cls`` (one per size), if it has any; raises RankDiedError if a rank died outside a test."""
+    deaths: List[str] = []
+    for key in [key for key in _WORLDS if key[0] is cls]:
+        deaths += [d.describe(cls) for d in _WORLDS.pop(key).stop()]
     if deaths:
-        raise RankDiedError("\n".join(d.describe(cls) for d in deaths))
+        raise RankDiedError("\n".join(deaths))
 
 
 @atexit.register
 def stop_all() -> None:
     """Stop every world; runs at interpreter exit so no rank outlives the controller."""
-    for cls in list(_WORLDS):
+    for cls in list(dict.fromkeys(key[0] for key in _WORLDS)):
         try:
             stop_world(cls)
         except RankDiedError as exc:

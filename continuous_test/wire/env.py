@@ -36,6 +36,9 @@ __all__ = [
     "ENV_HEARTBEAT",
     "ENV_REPORT",
     "ENV_REPORT_HTML",
+    "ENV_SIMULATE_DEVICES",
+    "ENV_DEVICE_WAIT",
+    "ENV_DEVICE_DIR",
     "ENV_LIVE_OUTPUT",
     "ENV_RECORD",
     "ENV_KEEP_OUTPUT",
@@ -68,6 +71,11 @@ ENV_HEARTBEAT = "CONTINUOUS_TEST_HEARTBEAT"
 # Files run_tests() writes at the end: the run's JSON report and its picture (docs/run-report.rst).
 ENV_REPORT = "CONTINUOUS_TEST_REPORT"
 ENV_REPORT_HTML = "CONTINUOUS_TEST_REPORT_HTML"
+# Device leases (docs/devices.rst): a simulated device count, the bound on waiting for
+# devices, and the directory of the per-host pool's lock files.
+ENV_SIMULATE_DEVICES = "CONTINUOUS_TEST_SIMULATE_DEVICES"
+ENV_DEVICE_WAIT = "CONTINUOUS_TEST_DEVICE_WAIT"
+ENV_DEVICE_DIR = "CONTINUOUS_TEST_DEVICE_DIR"
 # On/off switches, all read by parse_switch.
 ENV_AHEAD = "CONTINUOUS_TEST_AHEAD"
 ENV_LIVE_OUTPUT = "CONTINUOUS_TEST_LIVE_OUTPUT"

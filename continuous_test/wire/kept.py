@@ -7,10 +7,11 @@ path the report names.  The directory is removed when the process that made it
 exits, unless ``CONTINUOUS_TEST_KEEP_OUTPUT=1`` keeps it (an empty one is
 removed anyway).
 
-The controller makes the directory and hands it to its ranks
+The controller names the directory and hands the name to its ranks
 (``RankSpec.output_dir``, :func:`use`), so that everything a run cut is in
-one place and stays until the run ends.  A launched rank, which has no
-controller, makes its own the first time it keeps a text.
+one place and stays until the run ends; whichever process keeps a text first
+makes it, so a run that cuts nothing leaves nothing, even when it is killed.  A
+launched rank, which has no controller, names its own.
 
 Part of the wire format: its path crosses from the controller to its ranks (stdlib only).
 """
@@ -20,31 +21,50 @@ import atexit
 import itertools
 import os
 import re
+import secrets
 import shutil
+import stat
 import tempfile
 from typing import Optional
 
 from continuous_test.wire.env import ENV_KEEP_OUTPUT, parse_switch
 
-__all__ = ["directory", "use", "save"]
+__all__ = ["planned", "directory", "use", "save"]
 
 _dir: Optional[str] = None
 _serial = itertools.count(1)
 
 
-def directory() -> str:
-    """This run's directory of whole texts, made the first time it is asked for."""
+def planned() -> str:
+    """The path of this run's directory of whole texts, made only when a text is first kept.
+
+    The controller hands it to its ranks: a run that cuts nothing leaves nothing,
+    even when the controller is killed.  Removed at this process's exit.
+    """
     global _dir
     if _dir is None:
-        _dir = tempfile.mkdtemp(prefix="continuous_test-output-")  # mode 0700
+        token = secrets.token_hex(6)
+        _dir = os.path.join(tempfile.gettempdir(), f"continuous_test-output-{os.getpid()}-{token}")
         atexit.register(_remove, _dir)
     return _dir
+
+
+def directory() -> str:
+    """This run's directory of whole texts, made (mode 0700) the first time it is asked for."""
+    path = planned() if _dir is None else _dir
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:  # made by another process of this run: it must be a private directory of ours
+        info = os.lstat(path)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise PermissionError(f"{path} is not a private directory of this user") from None
+    return path
 
 
 def use(path: Optional[str]) -> None:
     """Keep texts in ``path`` (a rank: its controller's directory, which the controller removes)."""
     global _dir
-    if path is not None and os.path.isdir(path):
+    if path is not None:
         _dir = path
 
 

@@ -20,27 +20,35 @@ How data flows::
 from __future__ import annotations
 
 import glob
+import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["CHECKS", "NO_GPU", "Check", "Result", "gpu_inventory", "main", "run_check"]
+__all__ = ["CHECKS", "NO_GPU", "Check", "Result", "gpu_inventory", "main", "run_check", "no_shared_gpu",
+           "read_records"]
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 TEST_FILE = HERE / "test_nccl.py"
+LEASES_FILE = HERE / "test_leases.py"
 CHECK_TIMEOUT = 300  # seconds per check: a guard against hangs
 NO_GPU = "no CUDA GPU (torch {torch}, torch.cuda.device_count() == 0)"
 NO_NCCL = "torch.distributed has no nccl backend in torch {torch}"
 TOO_FEW = "needs {needed} GPUs, found {found}"
 LINE = "{status:<4}  {name:<22} {seconds:6.1f}s  {detail}"
 SUMMARY = "gpu check: {total} checks, {passed} passed, {skipped} skipped, {failed} failed"
+NO_XDIST = "pytest-xdist is not installed (pip install pytest-xdist)"
+SHARED = "worlds that ran at the same time saw the same GPU: {a} and {b}"
+UNSEEN = "{n} record(s) of the ranks' GPUs, expected 2"
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,8 @@ class Check:
     gpus: int
     args: Sequence[str]  # after the interpreter; {file} is the test file, {n} the world size
     runner: str = "unittest"  # how to read its summary: unittest or pytest
+    # Checks the ranks' records (GPU_CHECK_LOG_DIR) after a green run: a failure's detail, or "".
+    verify: str = ""
 
 
 def _checks(max_gpus: int) -> list[Check]:
@@ -62,6 +72,9 @@ def _checks(max_gpus: int) -> list[Check]:
         Check("no-cuda-in-template", 1, ["{file}", "-v", "NcclWorld.test_no_cuda_in_template"]),
         Check("fresh-nccl", two, ["{file}", "-v", "NcclFresh"]),
         Check("pytest", two, ["-m", "pytest", "-p", "no:cacheprovider", "-rs", "-v", "{file}"], "pytest"),
+        # Device leases: two one-GPU classes on two xdist workers never share a GPU (docs/devices.rst).
+        Check("xdist-leases", 1, ["-m", "pytest", "-p", "no:cacheprovider", "-rs", "-v", "-n", "2", str(LEASES_FILE)],
+              "pytest", verify="no_shared_gpu"),
         Check("torchrun", two, ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "{n}",
                                 "{file}", "-v", "NcclWorld"]),
     ]
@@ -119,16 +132,47 @@ def run_check(check: Check, inventory: Inventory) -> Result:
         return Result(check.name, "SKIP", 0.0, NO_NCCL.format(torch=inventory.torch))
     if inventory.gpus < check.gpus:
         return Result(check.name, "SKIP", 0.0, TOO_FEW.format(needed=check.gpus, found=inventory.gpus))
+    if "-n" in check.args and importlib.util.find_spec("xdist") is None:
+        return Result(check.name, "SKIP", 0.0, NO_XDIST)
     args = [a.format(file=TEST_FILE, n=check.gpus) for a in check.args]
     start = time.monotonic()
-    try:
-        proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(check.gpus), timeout=CHECK_TIMEOUT,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
-    except subprocess.TimeoutExpired:
-        return Result(check.name, "FAIL", time.monotonic() - start, f"no result within {CHECK_TIMEOUT} s")
-    seconds = time.monotonic() - start
-    status, detail = _judge(proc, check.runner)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as folder:
+        env = _env(check.gpus)
+        env["GPU_CHECK_LOG_DIR"] = folder
+        try:
+            proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, timeout=CHECK_TIMEOUT,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+        except subprocess.TimeoutExpired:
+            return Result(check.name, "FAIL", time.monotonic() - start, f"no result within {CHECK_TIMEOUT} s")
+        seconds = time.monotonic() - start
+        status, detail = _judge(proc, check.runner)
+        if status == "PASS" and check.verify:
+            failure = VERIFY[check.verify](read_records(folder))
+            if failure:
+                status, detail = "FAIL", failure
     return Result(check.name, status, seconds, detail)
+
+
+def read_records(folder: str) -> list:
+    """The JSON lines the ranks wrote to ``folder``."""
+    return [json.loads(line) for path in sorted(glob.glob(os.path.join(folder, "*.jsonl")))
+            for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def no_shared_gpu(records: list) -> str:
+    """"" when no two worlds that ran at the same time saw the same GPU (and each saw one); else what went wrong."""
+    if len(records) != 2:
+        return UNSEEN.format(n=len(records))
+    for record in records:
+        if record["count"] != 1:
+            return f"{record['test']} saw {record['count']} GPUs (CUDA_VISIBLE_DEVICES={record['visible']}), expected 1"
+    a, b = records
+    if a["uuid"] == b["uuid"] and a["start"] < b["end"] and b["start"] < a["end"]:
+        return SHARED.format(a=a, b=b)
+    return ""
+
+
+VERIFY = {"no_shared_gpu": no_shared_gpu}
 
 
 def _judge(proc: subprocess.CompletedProcess, runner: str) -> tuple:

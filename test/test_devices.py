@@ -1,0 +1,303 @@
+"""Device leases (continuous_test.controller.devices): the pool, waiting, crashes, and worlds under pytest -n 4.
+
+The pool is tested on the CPU with ``CONTINUOUS_TEST_SIMULATE_DEVICES``: every world
+leases one device per rank as a GPU world would, and its ranks see
+``CUDA_VISIBLE_DEVICES``; each test points ``CONTINUOUS_TEST_DEVICE_DIR`` at a pool
+of its own, so runs of other suites on this machine do not share it.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import unittest
+
+import helpers
+import pytest
+from helpers import describe, pytest_counts, unittest_counts
+
+from continuous_test.controller import devices
+from continuous_test.errors import ConfigError, DeviceWaitError
+from continuous_test.wire.env import ENV_DEVICE_DIR, ENV_DEVICE_WAIT, ENV_SIMULATE_DEVICES
+
+SCENARIO = "test_devices.py"
+
+
+def _env(tmp_path, count=4, **extra):
+    return {ENV_SIMULATE_DEVICES: str(count), ENV_DEVICE_DIR: str(tmp_path / "pool"), **extra}
+
+
+def _pool(tmp_path, count=4):
+    pool = devices.pool_for("cpu", _env(tmp_path, count))
+    assert pool is not None
+    return pool
+
+
+# -- what a test needs ---------------------------------------------------------------
+
+
+def test_a_cpu_world_needs_none_an_accelerator_world_one_device_per_rank():
+    assert devices.devices_needed(3, "cpu", "gloo", env={}) == 0
+    assert devices.devices_needed(3, "cpu", None, env={}) == 0
+    assert devices.devices_needed(3, "cuda", None, env={}) == 3
+    assert devices.devices_needed(3, "cpu", "nccl", env={}) == 3
+    assert devices.devices_needed(2, "cpu", "cpu:gloo,cuda:nccl", env={}) == 2
+    assert devices.devices_needed(2, "cuda", "nccl", required=4, env={}) == 4
+    assert devices.devices_needed(2, "cpu", "gloo", required=4, env={}) == 4
+    # Simulated: every world is an accelerator world.
+    assert devices.devices_needed(3, "cpu", "gloo", env={ENV_SIMULATE_DEVICES: "4"}) == 3
+
+
+def test_torchs_decorators_say_what_a_test_requires():
+    from torch.testing._internal.common_distributed import requires_world_size, skip_if_lt_x_gpu
+
+    @skip_if_lt_x_gpu(3)
+    def three(self):
+        pass
+
+    @skip_if_lt_x_gpu(4, allow_cpu=True)
+    def runs_on_cpu(self):
+        pass
+
+    @requires_world_size(5)
+    def five(self):
+        pass
+
+    def plain(self):
+        pass
+
+    assert [devices.required_devices(f) for f in (three, runs_on_cpu, five, plain, None)] == [3, 0, 5, 0, 0]
+
+    class Case(unittest.TestCase):
+        test_three, test_five, test_plain = three, five, plain
+
+    methods = ["test_three", "test_five", "test_plain"]
+    # A world leases for the largest requirement the host can meet; a test asking more skips by itself.
+    assert devices.class_need(Case, 2, "cuda", None, methods, pool_size=4) == 3
+    assert devices.class_need(Case, 2, "cuda", None, methods, pool_size=8) == 5
+    assert devices.class_need(Case, 2, "cpu", "gloo", ["test_plain"], pool_size=8) == 0
+
+
+# -- the pool --------------------------------------------------------------------------
+
+
+def test_leases_never_overlap_and_go_back(tmp_path):
+    pool = _pool(tmp_path)
+    first = pool.lease(3, "first", bound=5)
+    second = pool.lease(1, "second", bound=5)
+    assert first.env() == {"CUDA_VISIBLE_DEVICES": "0,1,2"} and second.ids == ("3",)
+    with pytest.raises(DeviceWaitError) as caught:
+        pool.lease(1, "third", bound=0.3)
+    message = str(caught.value)
+    assert "third waited 0.3 s for 1 simulated device(s) of this host's 4 (0 free; held by pid" in message, message
+    assert f"pid {os.getpid()} (first), pid {os.getpid()} (second)" in message and ENV_DEVICE_WAIT in message
+    second.release()
+    second.release()  # safe twice
+    assert pool.lease(1, "third", bound=0.3).ids == ("3",)
+    first.release()
+
+
+def test_the_pool_is_private(tmp_path):
+    pool = _pool(tmp_path)
+    pool.lease(1, "x", bound=1).release()
+    assert stat.S_IMODE(os.stat(pool.directory).st_mode) == 0o700
+    files = glob.glob(os.path.join(pool.directory, "*"))
+    assert files and all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in files)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        devices.pool_directory({ENV_DEVICE_DIR: str(tmp_path / "file")})
+
+
+def test_a_world_larger_than_the_host_skips(tmp_path):
+    with pytest.raises(unittest.SkipTest, match=r"big needs 5 simulated device\(s\), this host has 4"):
+        _pool(tmp_path).lease(5, "big", bound=1)
+
+
+def test_bad_settings_name_their_variable(tmp_path):
+    with pytest.raises(ConfigError, match=ENV_SIMULATE_DEVICES):
+        devices.simulated_devices({ENV_SIMULATE_DEVICES: "four"})
+    with pytest.raises(ConfigError, match=ENV_DEVICE_WAIT):
+        devices.device_wait({ENV_DEVICE_WAIT: "-1"})
+    assert devices.device_wait({}) == devices.DEFAULT_DEVICE_WAIT
+
+
+def test_the_visible_devices_of_the_parent_are_the_pool(tmp_path, monkeypatch):
+    pool = devices.pool_for("cuda", {"CUDA_VISIBLE_DEVICES": "3,5", ENV_DEVICE_DIR: str(tmp_path / "pool")})
+    assert pool is not None and pool.ids == ("3", "5")
+    lease = pool.lease(2, "x", bound=1)
+    assert lease.env() == {"CUDA_VISIBLE_DEVICES": "3,5"}  # rank 1 is cuda:1, the host's device 5
+    lease.release()
+    assert devices.pool_for("mps", {ENV_DEVICE_DIR: str(tmp_path / "pool")}) is None  # cannot be told apart
+
+
+HOLDER = """
+import sys, time
+from continuous_test.controller import devices
+lease = devices.pool_for("cpu").lease(int(sys.argv[1]), "holder", bound=30)
+print("held", lease.ids, flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _holder(tmp_path, count, seconds):
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(count), str(seconds)], stdout=subprocess.PIPE,
+                            text=True, env=helpers.scenario_env(_env(tmp_path)))
+    assert proc.stdout is not None and proc.stdout.readline().startswith("held"), "the holder did not lease"
+    return proc
+
+
+def test_a_killed_holders_devices_go_back_at_once(tmp_path):
+    holder = _holder(tmp_path, 4, 60)
+    pool = _pool(tmp_path)
+    with pytest.raises(DeviceWaitError, match=rf"held by pid {holder.pid} \(holder\)"):
+        pool.lease(1, "waiter", bound=0.2)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    started = time.monotonic()
+    lease = pool.lease(4, "after", bound=10)
+    assert time.monotonic() - started < 5 and lease.ids == ("0", "1", "2", "3")
+    lease.release()
+
+
+def test_a_waiting_world_gets_its_devices_and_says_what_it_waits_for(tmp_path):
+    holder = _holder(tmp_path, 3, 1.5)
+    lines = []
+    started = time.monotonic()
+    lease = _pool(tmp_path).lease(2, "waiter", bound=30, beat=lines.append, heartbeat=0.5)
+    waited = time.monotonic() - started
+    holder.wait()
+    assert 0.5 < waited < 25, waited
+    assert lease.ids[0] == "3" or len(lease.ids) == 2
+    assert lines and lines[0].startswith("continuous_test: waiter waits for 2 simulated device(s) of 4"), lines
+    assert f"held by pid {holder.pid} (holder)" in lines[0] and ENV_DEVICE_WAIT in lines[0], lines
+    lease.release()
+
+
+# -- worlds ------------------------------------------------------------------------------
+
+
+def test_a_world_waits_with_a_heartbeat_until_a_killed_holders_devices_go_back(tmp_path):
+    holder = _holder(tmp_path, 4, 60)
+    env = helpers.scenario_env(_env(tmp_path, CONTINUOUS_TEST_HEARTBEAT="1", CONTINUOUS_TEST_DEVICE_WAIT="60"))
+    proc = subprocess.Popen([sys.executable, SCENARIO, "-v", "One", "TooBig"], cwd=helpers.SCENARIOS, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        waiting = proc.stderr.readline()
+        while waiting and "waits for" not in waiting:
+            waiting = proc.stderr.readline()
+        holder.kill()  # the waiting world gets the devices of a holder killed by SIGKILL
+        out, err = proc.communicate(timeout=helpers.RUN_TIMEOUT)
+    finally:
+        holder.kill()
+        holder.wait()
+        proc.kill()
+        proc.wait()
+    assert f"One (world of 1) waits for 1 simulated device(s) of 4 (0 free; held by pid {holder.pid} (holder))" \
+        in waiting, waiting + err
+    assert unittest_counts(err) == {"ran": 3, "skipped": 1}, waiting + err
+    assert "TooBig (world of 5) needs 5 simulated device(s), this host has 4" in err, err
+
+
+def test_a_world_that_waits_too_long_fails_naming_the_setting(tmp_path):
+    holder = _holder(tmp_path, 4, 60)
+    try:
+        proc = helpers.python(SCENARIO, "One", env=_env(tmp_path, CONTINUOUS_TEST_DEVICE_WAIT="0.5"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert unittest_counts(proc.stderr) == {"ran": 2, "errors": 2}, describe(proc)
+    assert "DeviceWaitError: One (world of 1) waited 0.5 s for 1 simulated device(s)" in proc.stderr, describe(proc)
+
+
+def test_a_process_never_waits_for_its_own_idle_world(tmp_path):
+    # The module's @distributed world of 2 is idle while the class's world of 3 starts: it is parked.
+    proc = helpers.pytest("test_devices_park.py", env=_env(tmp_path, CONTINUOUS_TEST_DEVICE_WAIT="5"))
+    assert pytest_counts(proc.stdout) == {"passed": 3}, describe(proc)
+
+
+def _records(folder):
+    return [json.loads(line) for path in glob.glob(os.path.join(folder, "*.jsonl")) for line in open(path)]
+
+
+def overlaps(records):
+    """Pairs of records of different worlds whose spans overlap: (shared devices, a, b)."""
+    found = []
+    for i, a in enumerate(records):
+        for b in records[i + 1:]:
+            if (a["pid"], a["test"]) != (b["pid"], b["test"]) and a["start"] < b["end"] and b["start"] < a["end"]:
+                found.append((set(a["visible"].split(",")) & set(b["visible"].split(",")), a, b))
+    return found
+
+
+def test_worlds_running_at_once_under_xdist_never_see_the_same_device(tmp_path):
+    runs = int(os.environ.get("DEVICES_RUNS", "1"))  # more, to look for a rare overlap
+    concurrent, run = 0, 0
+    # Under load the workers may happen to run one after the other: up to 3 runs until two worlds met.
+    while run < runs or (not concurrent and run < 3):
+        folder = tmp_path / f"run{run}"
+        folder.mkdir()
+        run += 1
+        proc = helpers.pytest(SCENARIO, "-n", "4", "--dist", "loadscope", "-rs",
+                              env=_env(tmp_path, DEVICES_LOG_DIR=str(folder), DEVICES_HOLD="0.5"))
+        assert pytest_counts(proc.stdout) == {"passed": 11, "skipped": 1}, describe(proc)
+        records = _records(folder)
+        assert len(records) == 20, records  # every rank of every test, from the rank's own environment
+        ranks = {}
+        for record in records:
+            ranks.setdefault(record["test"], set()).add(record["rank"])
+        for record in records:
+            # Each rank sees its world's lease, one device per rank, and its LOCAL_RANK indexes into it.
+            assert len(record["visible"].split(",")) == len(ranks[record["test"]]), record
+            assert record["local_rank"] == record["rank"], record
+        pairs = overlaps([r for r in records if r["rank"] == 0])
+        assert not [p for p in pairs if p[0]], [p for p in pairs if p[0]]
+        concurrent += len(pairs)
+    assert concurrent, "no two worlds ran at the same time: the check saw nothing"
+
+
+# -- the ct_devices marker -----------------------------------------------------------
+
+MARKER_SCENARIO = "test_device_marker.py"
+
+
+def _listed(proc):
+    """The tests ``--collect-only -q`` listed, without their file."""
+    return [line.split("::", 1)[1] for line in proc.stdout.splitlines() if "::" in line]
+
+
+def test_every_distributed_test_is_marked_with_the_devices_it_needs():
+    proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", "-m", "ct_devices(n=2)")
+    assert "continuous_test: devices needed: 2 by 3 tests (marker ct_devices(n=N)" in proc.stdout, describe(proc)
+    # Each size of a test of several sizes needs its own count.
+    assert _listed(proc) == ["Nccl::test_nccl", "FreshAsksForGpus::test_two_gpus", "test_sized_function[ws2]"], \
+        describe(proc)
+    assert "3/9 tests collected (6 deselected)" in proc.stdout, describe(proc)
+
+
+@pytest.mark.parametrize("options, kept", [
+    (["--ct-max-devices=0"], ["Gloo::test_cpu", "test_plain"]),
+    # The keyword ct_devices_N selects too (-k): deselected with the rest.
+    (["--ct-min-devices", "3", "-k", "ct_devices_4 or ct_devices_0"], ["test_nccl_function", "test_sized_function[ws4]"]),
+])
+def test_a_ci_job_routes_by_device_count(options, kept):
+    proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", *options)
+    assert _listed(proc) == kept, describe(proc)
+    assert f"{len(kept)}/9 tests collected ({9 - len(kept)} deselected)" in proc.stdout, describe(proc)
+
+
+def test_a_simulated_host_marks_every_world_and_a_bad_limit_is_a_usage_error(tmp_path):
+    proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", env=_env(tmp_path))
+    assert "devices needed: 1 by 1 test, 2 by 3 tests, 3 by 2 tests, 4 by 2 tests" in proc.stdout, describe(proc)
+    proc = helpers.pytest(MARKER_SCENARIO, "--ct-max-devices=two")
+    assert proc.returncode == 4, describe(proc)
+    assert "Invalid device count 'two' from the --ct-max-devices option: expected an int >= 0" in proc.stderr
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
