@@ -31,7 +31,7 @@ class Gloo(MultiProcContinuousTest):
     def tearDownClass(cls):
         from continuous_test.controller import world
 
-        started = world._WORLDS.get(cls)
+        started = world._WORLDS.get((cls, None))  # (class, size): this class has one size
         print(f"WORLD_STARTS {cls.__name__} {started.starts if started else None}", file=sys.stderr, flush=True)
         super().tearDownClass()
 
