@@ -56,7 +56,7 @@ class Stamped(MultiProcContinuousTest):
     def tearDownClass(cls):
         from continuous_test.controller import world
 
-        started = world._WORLDS.get(cls)
+        started = world._WORLDS.get((cls, None))  # (class, size): this class has one size
         print(f"SENT_AHEAD {cls.__name__} {started.sent_ahead if started else None}", file=sys.stderr, flush=True)
         super().tearDownClass()
 
