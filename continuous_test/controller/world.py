@@ -61,6 +61,7 @@ __all__ = [
     "start_world_for",
     "stop_world",
     "stop_all",
+    "start_seconds",
 ]
 
 RESTART_NOTE = "(the world of {n} ranks is restarted before the next test)"
@@ -172,6 +173,7 @@ class World:
         self.dir = tempfile.mkdtemp(prefix=f"world-{self.cls.__name__}-", dir=template.private_dir())
         self._reinit = None
         self.starts += 1
+        began = time.monotonic()
         try:
             self.ranks = start_ranks(self.cls, self.settings, self.dir)
             self._watch = Watch(self.ranks)
@@ -179,6 +181,8 @@ class World:
         except BaseException:
             self._discard()
             raise
+        finally:
+            _START_SECONDS[self.cls] = _START_SECONDS.get(self.cls, 0.0) + time.monotonic() - began
         self.state = WorldState.READY
 
     def _await_ready(self) -> None:
@@ -411,6 +415,14 @@ def _with_details(text: str, tb: Optional[str], rank: int, output: str) -> str:
 # -- registry -----------------------------------------------------------------------
 
 _WORLDS: Dict[type, World] = {}
+# Seconds spent starting the worlds of each class in this process, all starts together
+# (continuous_test.controller.shard charges them to the world, not to the test that started it).
+_START_SECONDS: Dict[type, float] = {}
+
+
+def start_seconds(cls: type) -> float:
+    """Seconds this process spent starting worlds of ``cls`` so far."""
+    return _START_SECONDS.get(cls, 0.0)
 
 
 def world_for(cls: type, settings: config.ClassSettings) -> World:
