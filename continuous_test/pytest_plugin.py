@@ -597,7 +597,7 @@ def _keep_shard(config: pytest.Config, sharding: _Sharding, items: List[pytest.I
                                    total=len(items), units=len(cut.shards[chosen.index - 1]),
                                    all_units=sum(map(len, cut.shards)), seconds=seconds[chosen.index - 1],
                                    low=min(seconds), high=max(seconds))
-    items[:] = kept
+    items[:] = [item for item in items if id(item) in kept_ids]  # in the order at hand (a shuffled one, say)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
