@@ -163,7 +163,10 @@ def test_pytest_shards_cover_the_selection_once_without_splitting_a_world():
     shards = [collected("-k", "not Plain5", f"--ct-shard={i}/3") for i in (1, 2, 3)]
     everything = [node for part in shards for node in part]
     assert Counter(everything) == Counter(selection), "a test lost or run twice"
-    assert not any("Plain5" in node for node in everything), "the shard came before -k"
+    assert not any("Plain5" in node for node in everything)
+    proc = helpers.pytest(SCENARIO, "--collect-only", "-k", "not Plain5", "--ct-shard=1/3")
+    assert re.search(rf"shard 1/3 \(the --ct-shard option\): \d+ of {len(selection)} tests", proc.stdout), \
+        "the shard did not come after -k: " + describe(proc)
     homes = {world(node): {i for i, part in enumerate(shards) if any(world(n) == world(node) for n in part)}
              for node in everything}
     assert all(len(home) == 1 for home in homes.values()), homes
