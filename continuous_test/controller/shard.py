@@ -250,9 +250,9 @@ def _tie(key: str) -> bytes:
     return hashlib.blake2b(key.encode(), digest_size=8).digest()
 
 
-def assign(weights: Mapping[str, float], count: int) -> Dict[str, int]:
+def assign(weights: Mapping[str, float], count: int, improve: bool = True) -> Dict[str, int]:
     """Shard (from 0) of each unit: longest first onto the lightest shard, then single moves and swaps
-    that lower the heaviest shard; deterministic (ties broken by a hash of the unit's id)."""
+    that lower the heaviest shard (unless not ``improve``); deterministic (ties broken by a hash of the unit's id)."""
     loads = [0.0] * count
     members: List[List[str]] = [[] for _ in range(count)]
     for key in sorted(weights, key=lambda k: (-weights[k], _tie(k))):
@@ -260,7 +260,7 @@ def assign(weights: Mapping[str, float], count: int) -> Dict[str, int]:
         loads[lightest] += weights[key]
         members[lightest].append(key)
     swaps = len(weights) <= MAX_SWAP_UNITS
-    for _ in range(MAX_IMPROVEMENTS):
+    for _ in range(MAX_IMPROVEMENTS if improve else 0):
         if not _improve(weights, loads, members, swaps):
             break
     return {key: shard for shard, keys in enumerate(members) for key in keys}
