@@ -213,7 +213,7 @@ def test_pytest_repeats_are_items_and_the_summary_says_the_world(tmp_path):
     assert "FAILED test_shard.py::Flaky::test_flaky[repeat-2of3]" in proc.stdout, describe(proc)
     assert "PASSED test_shard.py::Flaky::test_flaky[fresh-3of3]" in proc.stdout
     assert "PASSED test_shard.py::WorldA::test_a1[repeat-3of3]" in proc.stdout
-    assert helpers.pytest_counts(proc.stdout) == {"passed": 11, "failed": 1, "deselected": 21}, describe(proc)
+    assert helpers.pytest_counts(proc.stdout) == {"passed": 11, "failed": 1, "deselected": 20}, describe(proc)
     line = f"{NODE}Flaky::test_flaky: shared world 2/3 passed, fresh worlds 3/3 passed: {repeat.FOLLOWS_WORLD}"
     assert line in proc.stdout, describe(proc)
     assert f"{NODE}WorldA::test_a1: shared world 3/3 passed, fresh worlds 3/3 passed" in proc.stdout
@@ -258,9 +258,20 @@ def test_run_tests_repeats_are_results_with_a_summary(tmp_path):
                                "CONTINUOUS_TEST_BISECT": "off"})
     assert proc.returncode == 1, describe(proc)
     assert helpers.unittest_counts(proc.stderr) == {"ran": 6, "failures": 1}, describe(proc)
-    assert "test_flaky (__main__.Flaky.test_flaky)\nrepeat-1of3 ... FAIL" in proc.stderr, describe(proc)
+    assert re.search(r"test_flaky \(__main__.Flaky.test_flaky\)\nrepeat-1of3 \.\.\. (.*\n)?FAIL", proc.stderr), describe(proc)
     assert "Flaky::test_flaky: shared world 2/3 passed: " + repeat.FOLLOWS_ORDER_FIRST in proc.stderr
     assert "WorldA::test_a2: shared world 3/3 passed" in proc.stderr
+
+
+
+def test_run_tests_fresh_repeats_tell_the_world_apart():
+    proc = helpers.python(SCENARIO, "-v", "Flaky", env={"NO_FUNCTIONS": "1", ENV_REPEAT: "2", ENV_REPEAT_FRESH: "1",
+                                                        "FLAKY_SECOND_IN_WORLD": "1", "CONTINUOUS_TEST_BISECT": "off"})
+    assert proc.returncode == 1, describe(proc)
+    assert helpers.unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
+    assert re.search(r"repeat-2of2 \.\.\. (.*\n)?FAIL", proc.stderr), describe(proc)
+    assert re.search(r"fresh-2of2 \.\.\. (.*\n)?ok", proc.stderr), describe(proc)
+    assert "Flaky::test_flaky: shared world 1/2 passed, fresh worlds 2/2 passed: follows the" in proc.stderr
 
 
 if __name__ == "__main__":

@@ -88,9 +88,5 @@ if __name__ != "__main__" and not os.environ.get("NO_FUNCTIONS"):
         _say("test_f1")
 
 
-def test_plain_function():
-    _say("test_plain_function")
-
-
 if __name__ == "__main__":
     run_tests()
