@@ -325,13 +325,13 @@ def _template_before_unittest_runs() -> None:
     def runTests(self: Any) -> Any:  # noqa: N802 - unittest's name
         role = _role.current_role()
         quiet = role is ProcessRole.LAUNCHED and detect().rank != 0
+        prepared = _shard_and_repeat(self, quiet)  # first: a bad setting is said before anything starts
         if role is ProcessRole.CONTROLLER:
             from continuous_test.template import server
 
             server.prepare()
         elif quiet:
             _quiet_runner(self)
-        prepared = _shard_and_repeat(self, quiet)
         try:
             return original(self)
         finally:
