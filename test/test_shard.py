@@ -115,6 +115,17 @@ def test_world_of_is_the_class_or_the_function_itself():
     assert shard.world_of("t.py", Cls, "test_a", world_size=4).endswith("[ws4]")
 
 
+def test_the_balance_benchmark_meets_its_target_and_keeps_worlds_whole(tmp_path):
+    path = tmp_path / "balance.json"
+    proc = helpers.run([sys.executable, str(helpers.ROOT / "benchmarks" / "shard_balance.py"), "--json", str(path)])
+    assert proc.returncode == 0, describe(proc)
+    results = json.loads(path.read_text())
+    for result in [results["project"], *results["generated"].values()]:
+        assert result["slowest_over_mean"] <= 1.15 and result["union_is_selection"], result
+        assert result["worlds_in_two_shards"] == 0
+    assert " met " in proc.stdout and "MISSED" not in proc.stdout, describe(proc)
+
+
 # -- repeat diagnosis ------------------------------------------------------------------
 
 @pytest.mark.parametrize("shared, fresh, said", [
