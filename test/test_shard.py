@@ -9,6 +9,7 @@ array is in test_slurm.py.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import sys
@@ -100,10 +101,25 @@ def test_the_durations_file_is_plain_json_and_a_bad_one_is_named(tmp_path):
     shard.Durations({"t": 1.5}, {"w": 2.0}).save(str(path))
     assert json.loads(path.read_text()) == {"version": 1, "tests": {"t": 1.5}, "worlds": {"w": 2.0}}
     assert shard.Durations.load(str(path)).tests == {"t": 1.5}
+    assert path.stat().st_mode & 0o777 == 0o666 & ~current_umask(), "a file to commit, not a private one"
     assert shard.Durations.load(str(tmp_path / "missing.json")).tests == {}
     path.write_text('{"version": 1, "tests": {"t": "slow"}}')
     with pytest.raises(ConfigError, match=f"Invalid durations file {re.escape(str(path))}"):
         shard.Durations.load(str(path))
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_bare_store_durations_option_never_swallows_a_path():
+    from continuous_test import pytest_plugin
+
+    args = ["--ct-store-durations", "test/", "--ct-shuffle", "-q"]
+    pytest_plugin.pytest_load_initial_conftests(None, None, args)  # type: ignore[arg-type]
+    assert args == ["--ct-store-durations=", "test/", f"--ct-shuffle={pytest_plugin.SHUFFLE_RANDOM}", "-q"]
 
 
 def test_world_of_is_the_class_or_the_function_itself():

@@ -171,6 +171,13 @@ class Durations:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1)
             f.write("\n")
+        try:  # a file to commit: the old file's mode, else what the umask gives a new file
+            mode = os.stat(path).st_mode & 0o777
+        except FileNotFoundError:
+            mask = os.umask(0)
+            os.umask(mask)
+            mode = 0o666 & ~mask
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
 
     def update(self, other: "Durations") -> None:
