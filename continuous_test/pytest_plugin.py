@@ -212,9 +212,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ[name] = value
 
 
-def pytest_report_header(config: pytest.Config) -> Optional[str]:
-    """Say the shuffle seed at the start of the run."""
-    return _seed_line()
+def pytest_report_header(config: pytest.Config) -> List[str]:
+    """Say the shuffle seed and the shard at the start of the run (xdist's controller collects nothing)."""
+    sharding = config.stash.get(_SHARDING, None)
+    chosen = sharding.shard if sharding is not None else None
+    shard_line = None if chosen is None else f"continuous_test: shard {chosen.index}/{chosen.count} ({chosen.source})"
+    return [line for line in (_seed_line(), shard_line) if line]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -517,6 +520,8 @@ class _Sharding:
     def __init__(self, shard: Any, durations: str, store: Optional[str], repeat: int, fresh: bool) -> None:
         self.shard, self.durations, self.store = shard, durations, store
         self.repeat, self.fresh = repeat, fresh
+        # Set when this process kept none of a non-empty selection: more shards than groups of tests.
+        self.empty_shard = False
         # Filled by the controller as reports come (xdist workers' too): node id -> seconds,
         # world id -> seconds of its starts, and the repeated runs' outcomes.
         self.test_seconds: dict = {}
@@ -597,6 +602,7 @@ def _keep_shard(config: pytest.Config, sharding: _Sharding, items: List[pytest.I
                                    total=len(items), units=len(cut.shards[chosen.index - 1]),
                                    all_units=sum(map(len, cut.shards)), seconds=seconds[chosen.index - 1],
                                    low=min(seconds), high=max(seconds))
+    sharding.empty_shard = bool(items) and not kept
     items[:] = [item for item in items if id(item) in kept_ids]  # in the order at hand (a shuffled one, say)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -729,8 +735,11 @@ class _Recorder:
                 terminalreporter.write_line(line)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """With --ct-store-durations, update the durations file with this run's (other tests' records are kept)."""
+        """An empty shard of a non-empty selection passes; with --ct-store-durations, update the durations
+        file with this run's (other tests' records are kept)."""
         sharding = self.sharding
+        if sharding.empty_shard and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+            session.exitstatus = pytest.ExitCode.OK  # the other shards run the selection
         if sharding.store is None or not sharding.test_seconds:
             return
         from continuous_test.controller.shard import Durations

@@ -212,6 +212,13 @@ def test_pytest_bad_shard_is_a_usage_error_naming_the_option():
     assert proc.returncode == 4 and f"from {ENV_SHARD} environment variable" in proc.stderr, describe(proc)
 
 
+def test_an_empty_shard_of_a_non_empty_selection_passes():
+    proc = helpers.pytest(SCENARIO, "-k", "Plain1", "--ct-shard=2/2")
+    assert proc.returncode == 0 and "0 of 3 tests in 0 of 1 groups" in proc.stdout, describe(proc)
+    proc = helpers.pytest(SCENARIO, "-k", "nothing_has_this_name", "--ct-shard=2/2")
+    assert proc.returncode == 5, describe(proc)  # an empty selection still says so
+
+
 def test_stored_durations_put_the_world_start_on_the_world_and_balance_the_next_run(tmp_path):
     path = tmp_path / "durations.json"
     proc = helpers.pytest(SCENARIO, "-k", "WorldA or test_f1 or test_f2", f"--ct-store-durations={path}")
@@ -232,9 +239,10 @@ def test_stored_durations_put_the_world_start_on_the_world_and_balance_the_next_
 
 def test_xdist_loadscope_runs_exactly_the_shard(tmp_path):
     expected = collected("--ct-shard=2/3")
-    proc = helpers.pytest(SCENARIO, "--ct-shard=2/3", "-n", "2", "--dist", "loadscope", "-rA")
+    proc = helpers.pytest(SCENARIO, "--ct-shard=2/3", "-n", "2", "--dist", "loadscope", "-rA", "-v")
     assert proc.returncode == 0, describe(proc)
-    ran = re.findall(r"^PASSED (\S+)", proc.stdout, re.M)
+    assert "continuous_test: shard 2/3 (the --ct-shard option)" in proc.stdout, describe(proc)  # the header
+    ran = re.findall(r"^PASSED (\S+)$", proc.stdout, re.M)
     assert sorted("test/scenarios/" + node for node in ran) == sorted(expected), describe(proc)
 
 
