@@ -54,6 +54,7 @@ __all__ = [
     "pytest_unconfigure",
     "pytest_collection_modifyitems_shard",
     "pytest_runtest_makereport_shard",
+    "pytest_runtest_protocol_fresh",
     "repeat_tally",
     "item_world",
 ]
