@@ -86,3 +86,21 @@ def __dir__() -> list:
 for _old in ("report", "leaks", "world", "in_place", "protocol"):
     sys.modules.setdefault(f"{__name__}.{_old}", errors)
 del _old
+
+
+def _export_launch() -> None:
+    """Under srun or mpiexec, export torchrun's variables (``RANK``, ``LOCAL_RANK``, ...) as the test file imports us.
+
+    Its class bodies and skip decorators may read them, as they can under torchrun.
+    A bad launcher setting is left for the runner (``run_tests()``, the pytest
+    plugin, the first test) to report; importing never fails for it.
+    """
+    from continuous_test.launched.detect import detect, export_env
+
+    try:
+        export_env(detect())
+    except (ValueError, RuntimeError):
+        pass
+
+
+_export_launch()

@@ -30,7 +30,8 @@ from typing import Any, Callable, Optional
 import expecttest
 import torch
 
-from continuous_test import _role, config
+from continuous_test import _role, config, sizes
+from continuous_test.errors import ConfigError
 from continuous_test._role import ProcessRole
 from continuous_test.config import BAD_WORLD_SIZE, NOT_IMPORTABLE, UNKNOWN_BACKEND
 from continuous_test.controller import shuffle
@@ -93,12 +94,24 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
         if _role.runs_in_one_process(cls):
             setattr(cls, _role.IN_PROCESS_ATTR, True)
             setattr(cls, _role.RANK_CLASS_ATTR, False)
+        elif getattr(cls, _role.RANK_CLASS_ATTR, False):
+            try:
+                several = sizes.sizes_of(cls)  # world_size = [1, 2, 4]: each test once per size
+            except ConfigError:  # a bad list: each test fails with the error (config._world_size)
+                several = None
+            if several is not None:
+                sizes.expand(cls, several)
 
     def __init__(self, methodName: str = "runTest") -> None:  # noqa: N803 - unittest's name
         if self._ct_in_process:
             super().__init__(methodName)
             return
+        size = sizes.parse(methodName)
+        if size is not None:  # test_x[ws2]
+            sizes.sized_method(type(self), methodName)
         unittest.TestCase.__init__(self, methodName)
+        if size is not None:
+            sizes.set_size(self, size[1])
 
     def run(self, result: Optional[unittest.TestResult] = None) -> Optional[unittest.TestResult]:
         """unittest's run (see the class docstring)."""

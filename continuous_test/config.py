@@ -48,6 +48,7 @@ import unittest
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Iterator, Mapping, NoReturn, Optional, TypeVar
 
+from continuous_test import sizes
 from continuous_test.errors import ConfigError
 from continuous_test.wire.env import (
     ENV_BISECT,
@@ -141,9 +142,13 @@ DEFAULT_CPU_WORLD_SIZE = 2
 INVALID_VALUE = "Invalid {what} {value!r} from {source}: expected a positive number of seconds"
 INVALID_INT = "Invalid {what} {value!r} from {source}: expected a positive int"
 INVALID_CHOICE = "Invalid {what} {value!r} from {source}: expected one of {choices}"
+SEVERAL_SIZES = (
+    "{cls} has several world sizes ({value}): each of its tests runs once per size, under the name "
+    "test_x[wsN]; run the tests by those names"
+)
 BAD_WORLD_SIZE = (
     "{cls}.world_size must be a positive int, got {value!r}; set it as a class "
-    "attribute (world_size = 2) or a property that returns an int"
+    "attribute (world_size = 2, or world_size = [1, 2] for each test at each size) or a property that returns one"
 )
 NOT_IMPORTABLE = (
     "{cls} cannot be imported by its rank processes ({why}); define the test class at "
@@ -342,7 +347,8 @@ def resolve(cls: type, world_size: Optional[int] = None, check_importable: bool 
     """Read and check ``cls``'s settings: ConfigError for a bad value, SkipTest for a backend or device missing here.
 
     ``world_size`` is the size a launcher already started (torchrun, srun), which the
-    class is then checked against by the caller.
+    class is then checked against by the caller, or a sized test's own size
+    (``test_x[ws2]``, :mod:`continuous_test.sizes`), which no other setting overrides.
     """
     if check_importable:
         _check_importable(cls)
@@ -356,11 +362,12 @@ def resolve(cls: type, world_size: Optional[int] = None, check_importable: bool 
     )
 
 
-def resolve_fresh(cls: type, world_size: Any, env: Mapping[str, str] = os.environ) -> ClassSettings:
-    """Settings of one MultiProcessTestCase test, whose world size the instance gives."""
+def resolve_fresh(cls: type, world_size: Any, env: Mapping[str, str] = os.environ, sized: bool = False) -> ClassSettings:
+    """Settings of one MultiProcessTestCase test, whose world size the instance gives (``sized``: its own, from
+    a list of sizes, which no other setting overrides)."""
     overrides = current_overrides()
     value = overrides.world_size if overrides.world_size is not None else overrides.marked_world_size
-    value = world_size if value is None else value
+    value = world_size if value is None or sized else value
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)  # torch's TestDistBackend returns os.environ["WORLD_SIZE"]; torch's class takes int() of it
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -404,6 +411,10 @@ def _world_size(cls: type, device: str) -> int:
         # A property is read on a bare instance: torch's classes define world_size
         # as a property whose value does not depend on the test.
         value = attr.fget(object.__new__(cls)) if isinstance(attr, property) and attr.fget else getattr(cls, "world_size", None)
+    if sizes.is_list(value):
+        sizes.check(value, f"{cls.__qualname__}.world_size")  # a bad list: which, and why
+    if isinstance(value, sizes.WorldSizes) or sizes.is_list(value):
+        raise ConfigError(SEVERAL_SIZES.format(cls=cls.__qualname__, value=getattr(value, "sizes", value)))
     if value is None or value == -2:  # -2 is torch's "unset"
         return _default_world_size(cls, device)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

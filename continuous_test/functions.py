@@ -19,17 +19,23 @@ fixture values) are pickled to every rank.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, Union
 
-from continuous_test import _role, config
+from continuous_test import _role, config, sizes
 from continuous_test._role import FUNCTION_CLASS_ATTR, ProcessRole
 from continuous_test.case import MultiProcContinuousTest
 from continuous_test.launched.detect import detect
 from continuous_test.verdict import replay
 from continuous_test.verdict.merge import Verdict
 
-__all__ = ["distributed", "function_classes", "NOT_PICKLABLE"]
+__all__ = ["distributed", "function_classes", "function_sizes", "NOT_PICKLABLE", "SIZE_ARG"]
+
+# The argument pytest parametrizes for a function of several world sizes, and
+# where the wrapper keeps them.
+SIZE_ARG = "ct_world_size"
+SIZES_ATTR = "_ct_world_sizes"
 
 # Hide this module's frames (the method wrapper) from the ranks' tracebacks.
 __unittest = True
@@ -41,23 +47,40 @@ NOT_PICKLABLE = (
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def distributed(world_size: int = 2, *, timeout: Optional[float] = None,
+def distributed(world_size: Union[int, Sequence[int]] = 2, *, timeout: Optional[float] = None,
                 backend: Optional[str] = None) -> Callable[[F], F]:
-    """Decorator: run a pytest test function on every rank of the module's shared world."""
+    """Decorator: run a pytest test function on every rank of the module's shared world.
+
+    ``world_size=[1, 2, 4]`` runs it once per size, in each size's world, with the
+    ids ``test_x[ws1]``, ``test_x[ws2]``, ``test_x[ws4]``.
+    """
     limit = None if timeout is None else config.parse_seconds(timeout, "timeout", "@distributed(timeout=...)")
+    several = sizes.check(world_size, "@distributed(world_size=...)") if sizes.is_list(world_size) else None
 
     def decorate(fn: F) -> F:
-        cls = _class_for(sys.modules[fn.__module__], world_size, backend)
-        setattr(cls, fn.__name__, _as_method(fn, limit))
+        module = sys.modules[fn.__module__]
+        classes = {size: _class_for(module, size, backend) for size in several or [int(world_size)]}  # type: ignore[arg-type]
+        # A function of several sizes is method test_x[wsN] of each size's class, as a class's test is.
+        names = {size: sizes.name(fn.__name__, size) if several else fn.__name__ for size in classes}
+        for size, cls in classes.items():
+            setattr(cls, names[size], _as_method(fn, limit))
 
         @functools.wraps(fn)
         def run_everywhere(*args: Any, **kwargs: Any) -> None:
             __tracebackhide__ = True  # noqa: F841 - pytest shows the ranks' tracebacks
             if args:
                 raise TypeError(f"{fn.__name__}: @distributed functions take keyword arguments only")
-            replay.raise_verdict(None, _verdict(cls, fn.__name__, kwargs), fn)
+            size = kwargs.pop(SIZE_ARG, next(iter(classes)))
+            replay.raise_verdict(None, _verdict(classes[size], names[size], kwargs), fn)
 
-        setattr(run_everywhere, FUNCTION_CLASS_ATTR, cls)
+        setattr(run_everywhere, FUNCTION_CLASS_ATTR, next(iter(classes.values())))
+        if several:
+            setattr(run_everywhere, SIZES_ATTR, several)
+            # pytest parametrizes this argument (the plugin's pytest_generate_tests): ids test_x[ws2].
+            signature = inspect.signature(fn)
+            extra = inspect.Parameter(SIZE_ARG, inspect.Parameter.KEYWORD_ONLY)
+            run_everywhere.__signature__ = signature.replace(  # type: ignore[attr-defined]
+                parameters=[*signature.parameters.values(), extra])
         return run_everywhere  # type: ignore[return-value]
 
     return decorate
@@ -87,6 +110,11 @@ def _class_for(module: Any, world_size: int, backend: Optional[str]) -> type:
         cls = type(name, (MultiProcContinuousTest,), namespace)
         setattr(module, name, cls)
     return cls
+
+
+def function_sizes(function: Any) -> Optional[List[int]]:
+    """The sizes of a ``@distributed`` function of several world sizes, else None."""
+    return getattr(function, SIZES_ATTR, None)
 
 
 def function_classes(module: Any) -> List[type]:

@@ -52,6 +52,8 @@ __all__ = [
     "pytest_sessionstart",
     "pytest_load_initial_conftests",
     "pytest_unconfigure",
+    "pytest_pycollect_makeitem",
+    "pytest_generate_tests",
     "pytest_collection_modifyitems_shard",
     "pytest_runtest_makereport_shard",
     "pytest_runtest_protocol_fresh",
@@ -69,6 +71,10 @@ WORLD_SIZE_ON_A_TEST = (
     "{test}: a world_size marker on one test of a shared world would size the whole world by whichever test "
     "starts it; mark the class (or the module), give a @distributed function its world_size=, or make the "
     "test a MultiProcessTestCase test, whose ranks are its own"
+)
+SIZES_ON_A_FUNCTION = (
+    "{test}: a world_size marker with several sizes ({sizes}) applies to test classes; give the @distributed "
+    "function world_size={sizes} instead"
 )
 BISECT_HELP = "seconds per run for rerunning and bisecting failed distributed tests, or off (default 120)"
 SHARD_HELP = "run shard I of N (I from 1) of the selected tests, whole worlds only (CONTINUOUS_TEST_SHARD)"
@@ -114,6 +120,17 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     args[:] = [bare.get(arg, arg) for arg in args]
 
 
+def _export_launch() -> None:
+    """Under srun or mpiexec, export torchrun's variables (``RANK``, ...) before the test files are imported.
+
+    A bad or missing launcher setting (mpiexec across hosts without ``MASTER_ADDR``)
+    is a ConfigError, which stops the session with its message.
+    """
+    from continuous_test.launched.detect import detect, export_env
+
+    export_env(detect())
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers and read the command-line settings (command line beats ini)."""
     from continuous_test import config as ct_config
@@ -132,6 +149,7 @@ def pytest_configure(config: pytest.Config) -> None:
         world_size, source = _setting(config, "ct_world_size")
         size = None if world_size is None else ct_config.parse_positive_int(world_size, "world size", source)
         _configure_isolation(config)
+        _export_launch()
         config.stash[_SHARDING] = sharding = _sharding(config)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -252,9 +270,40 @@ def _test_class(item: pytest.Item) -> Optional[type]:
     return rank_class_of(getattr(item, "cls", None)) or rank_class_of(getattr(item, "function", None))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> None:
+    """Give a distributed test class marked ``world_size([1, 2])`` (on it, or on its module) one test per size."""
+    import inspect
+
+    if not inspect.isclass(obj) or not getattr(obj, "_ct_runs_in_ranks", False):
+        return None
+    own = [m for m in getattr(obj, "pytestmark", []) if getattr(m, "name", None) == "world_size"]
+    marker = own[0] if own else collector.get_closest_marker("world_size")
+    if marker is None:
+        return None
+    from continuous_test import sizes
+
+    value = _marker_arg(marker)
+    if sizes.is_list(value):
+        try:
+            sizes.expand(obj, sizes.check(value, f"the world_size marker of {obj.__qualname__}"))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A ``@distributed`` function of several world sizes runs once per size: ids ``test_x[ws2]``."""
+    from continuous_test.functions import SIZE_ARG, function_sizes
+
+    several = function_sizes(metafunc.function)
+    if several is not None and SIZE_ARG in metafunc.fixturenames:
+        metafunc.parametrize(SIZE_ARG, several, ids=[f"ws{size}" for size in several])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     """Shuffle the order if asked; check the markers of distributed tests, and keep them per test."""
-    from continuous_test import config as ct_config
+    from continuous_test import config as ct_config, sizes
 
     seed = ct_config.shuffle_seed()
     if seed is not None:
@@ -271,7 +320,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
             marker = item.get_closest_marker("world_size")
             if marker is not None and _shared_world(cls) and any(m.name == "world_size" for m in item.own_markers):
                 raise pytest.UsageError(WORLD_SIZE_ON_A_TEST.format(test=item.nodeid))
-            if marker is not None:
+            if marker is not None and sizes.is_list(_marker_arg(marker)):
+                if getattr(item, "cls", None) is None:
+                    raise pytest.UsageError(SIZES_ON_A_FUNCTION.format(test=item.nodeid, sizes=_marker_arg(marker)))
+                sized = sizes.parse(item.name)
+                size = sized[1] if sized else None  # the test's own size (test_x[ws2])
+            elif marker is not None:
                 size = ct_config.parse_positive_int(_marker_arg(marker), "world size",
                                                     f"the world_size marker of {item.nodeid}")
             marker = item.get_closest_marker("ct_timeout")
@@ -564,9 +618,29 @@ def item_world(item: pytest.Item) -> str:
     """The world ``item`` runs in (:func:`continuous_test.controller.shard.world_of`): shards never split one."""
     from continuous_test.controller.shard import world_of
 
+    from continuous_test import sizes
+    from continuous_test.functions import SIZE_ARG
+
     path = item.nodeid.split("::", 1)[0]
-    cls = getattr(item, "cls", None) or _test_class(item)
-    return world_of(path, cls, getattr(item, "originalname", None) or item.name)
+    name = getattr(item, "originalname", None) or item.name
+    cls = getattr(item, "cls", None)
+    if cls is not None:  # a test class's: test_x[ws2] is in the world of size 2
+        sized = sizes.parse(name)
+        return world_of(path, cls, name, sized[1] if sized and _has_world(item) else None)
+    cls = _test_class(item)
+    size = getattr(item, "callspec", None) and item.callspec.params.get(SIZE_ARG)  # type: ignore[attr-defined]
+    if cls is not None and size:  # a @distributed function of several sizes: the module's world of this size
+        cls = _function_class_of_size(cls, size)
+    return world_of(path, cls, name)
+
+
+def _function_class_of_size(cls: type, size: int) -> type:
+    """The hidden class of ``cls``'s module for ``size`` (and the same backend), which that size's functions share."""
+    import re
+    import sys
+
+    name = re.sub(r"^_DistributedFunctions_\d+", f"_DistributedFunctions_{size}", cls.__qualname__)
+    return getattr(sys.modules.get(cls.__module__), name, cls)
 
 
 def _has_world(item: pytest.Item) -> bool:

@@ -1,7 +1,7 @@
 """``run_tests()``: the entry point of ``if __name__ == "__main__": run_tests()``.
 
 It passes unittest's command line through (``-k``, ``-v``, ``Class.test``, ...),
-detects torchrun and srun, and exits non-zero on any failure.  Under a launcher
+detects torchrun, srun and mpiexec, and exits non-zero on any failure.  Under a launcher
 only rank 0 prints the report, which already holds every rank's outcome; the
 other ranks run silently and exit with the same status.  With
 ``CONTINUOUS_TEST_SHUFFLE=SEED`` the tests of each class, and the classes of the

@@ -22,7 +22,8 @@ def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     # XML reports and needs unittest-xml-reporting; these runs are not torch's CI.
     env.pop("CI", None)
     for key in list(env):
-        if key.startswith(("CONTINUOUS_TEST_", "TORCHELASTIC_", "SLURM_")) or key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+        if key.startswith(("CONTINUOUS_TEST_", "TORCHELASTIC_", "SLURM_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_")) or key in (
+                "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"):
             env.pop(key)
     env.update(extra or {})
     return env

@@ -59,21 +59,38 @@ def run_all(runs: dict) -> dict:
         return {key: future.result() for key, future in futures.items()}
 
 
+# EXPECTED is what torch's classes reported for each file under this torch release
+# (torch's side is run live whenever the installed torch differs, or with
+# CT_COMPAT_LIVE=1): its fresh interpreters per test made torch's side most of this
+# file's time, and twice a crash of its own harness, not a verdict, failed CI.
+RECORDED_WITH_TORCH = "2.13.0"
+
+
+def torch_runs_live() -> bool:
+    import os
+
+    import torch
+
+    return torch.__version__.split("+")[0] != RECORDED_WITH_TORCH or os.environ.get("CT_COMPAT_LIVE") == "1"
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_same_counts_as_torch(name):
+    bases = ("torch", "ours") if torch_runs_live() else ("ours",)
     runs = {base: (lambda base=base: helpers.python(name, cwd=COMPAT, env=compat_env(base), timeout=COMPAT_TIMEOUT))
-            for base in ("torch", "ours")}
+            for base in bases}
     if name in UNDER_PYTEST:
         runs["ours, pytest"] = lambda: helpers.pytest(name, cwd=COMPAT, env=compat_env("ours"), timeout=COMPAT_TIMEOUT)
     procs = run_all(runs)
-    if procs["torch"].returncode != 0 and TORCH_CRASH in procs["torch"].stderr:
+    if "torch" in procs and procs["torch"].returncode != 0 and TORCH_CRASH in procs["torch"].stderr:
         # torch's own harness, the reference, crashed (seen once: a rank aborted in C++
         # on a loaded machine); one more run of it, never of ours.
         procs["torch"] = runs["torch"]()
     for how, proc in procs.items():
         assert proc.returncode == 0, f"{name} under {how}:\n{describe(proc)}"
-    torch_counts = unittest_counts(procs["torch"].stderr)
-    assert torch_counts == EXPECTED[name], describe(procs["torch"])
+    torch_counts = EXPECTED[name]
+    if "torch" in procs:
+        assert unittest_counts(procs["torch"].stderr) == torch_counts, describe(procs["torch"])
     assert unittest_counts(procs["ours"].stderr) == torch_counts, describe(procs["ours"])
     if "ours, pytest" in procs:
         skipped = torch_counts.get("skipped", 0)

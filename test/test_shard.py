@@ -205,6 +205,23 @@ def test_pytest_shards_cover_the_selection_once_without_splitting_a_world():
     assert all(part for part in shards), shards
 
 
+def test_each_world_size_is_a_world_of_its_own():
+    files = ("test_world_sizes.py", "test_world_sizes_functions.py")
+    whole = helpers.pytest(*files, "--collect-only")
+    runs = [helpers.pytest(*files, "--collect-only", f"--ct-shard={i}/2") for i in (1, 2)]
+    nodes = [[line for line in proc.stdout.splitlines() if "::" in line] for proc in [whole, *runs]]
+    assert Counter(nodes[1] + nodes[2]) == Counter(nodes[0]) and len(nodes[0]) == 14, describe(whole)
+    # SizesTest at sizes 1, 2, 3; FreshSizesTest (fresh ranks: one group); the functions at sizes 1, 2, 3.
+    assert "in 4 of 7 groups" in runs[0].stdout + runs[1].stdout, describe(runs[0])
+    size = re.compile(r"\[ws(\d)")
+    homes: dict = {}
+    for index, part in enumerate(nodes[1:]):
+        for node in part:
+            key = (node.split("::")[1] if node.count("::") == 2 else "functions", size.search(node).group(1))
+            homes.setdefault(key, set()).add(index)
+    assert all(len(home) == 1 for key, home in homes.items() if key[0] != "FreshSizesTest"), homes
+
+
 def test_pytest_bad_shard_is_a_usage_error_naming_the_option():
     proc = helpers.pytest(SCENARIO, "--collect-only", "--ct-shard=5/4")
     assert proc.returncode == 4 and "Invalid shard '5/4' from the --ct-shard option" in proc.stderr, describe(proc)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import unittest
 from typing import Callable, Dict, List, Optional
 
-from continuous_test import config
+from continuous_test import config, sizes
 from continuous_test.controller import ahead, bisect, progress, world
 from continuous_test.controller.world import TestPlan
 from continuous_test.errors import ConfigError
@@ -74,7 +74,7 @@ def _verdict(cls: type, planned: Optional[TestPlan], error: Optional[ConfigError
     if planned is None:
         assert error is not None
         raise error
-    return _run_in_world(cls, planned, _next_plan(cls, following))
+    return _run_in_world(cls, planned, _next_plan(cls, following, planned.method))
 
 
 def function_verdict(cls: type, name: str, test_id: str, kwargs: Dict[str, object]) -> Verdict:
@@ -88,15 +88,20 @@ def function_verdict(cls: type, name: str, test_id: str, kwargs: Dict[str, objec
 
 
 def _run_in_world(cls: type, planned: TestPlan, then: Optional[Callable[[], Optional[TestPlan]]] = None) -> Verdict:
-    started = world.start_world_for(cls)
+    started = world.start_world_for(cls, _size(planned.method))
     verdict = started.run_test(planned, then=then)
     return bisect.after_test(started, planned, verdict)
 
 
-def _next_plan(cls: type, following: Optional[str]) -> Optional[Callable[[], Optional[TestPlan]]]:
+def _size(method: str) -> Optional[int]:
+    sized = sizes.parse(method)
+    return sized[1] if sized else None
+
+
+def _next_plan(cls: type, following: Optional[str], current: str) -> Optional[Callable[[], Optional[TestPlan]]]:
     """What the world may send ahead once every rank passed: the next test's plan, or None."""
-    if following is None:
-        return None
+    if following is None or _size(following) != _size(current):
+        return None  # no next test, or it runs in the world of another size
 
     def next_plan() -> Optional[TestPlan]:
         if getattr(cls, following, None) is None:

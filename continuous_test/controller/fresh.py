@@ -12,7 +12,7 @@ import time
 import unittest
 from typing import Any, Dict, List, Optional, Tuple
 
-from continuous_test import config
+from continuous_test import config, sizes
 from continuous_test.controller import output as rank_output, progress
 from continuous_test.controller.processes import (
     KILL_TIMEOUT,
@@ -111,7 +111,7 @@ def test_dir(cls: type) -> str:
 
 def start(cls: type, method: str, world_size: Any, world_dir: str, rendezvous: str) -> FreshRanks:
     """Start the fresh ranks of one test (each runs it at once); the next test's are forked meanwhile."""
-    settings = config.resolve_fresh(cls, world_size)
+    settings = config.resolve_fresh(cls, world_size, sized=sizes.parse(method) is not None)
     fresh = FreshRanks(cls, settings, method, world_dir, rendezvous)
     fresh.start()
     if _expects_more(cls):

@@ -26,7 +26,7 @@ import unittest
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, List, Optional, Tuple
 
-from continuous_test import config
+from continuous_test import config, sizes
 from continuous_test.controller import repeat, shard
 
 __all__ = ["Prepared", "prepare", "case_world", "case_id"]
@@ -40,13 +40,15 @@ def _path(cls: type) -> str:
 
 def case_world(case: unittest.TestCase) -> str:
     """The world ``case`` runs in (:func:`continuous_test.controller.shard.world_of`)."""
-    cls = type(case)
-    return shard.world_of(_path(cls), cls, case._testMethodName)
+    cls, name = type(case), case._testMethodName
+    sized = sizes.parse(name)  # test_x[ws2]: the class's world of size 2
+    return shard.world_of(_path(cls), cls, name, sized[1] if sized else None)
 
 
 def case_id(case: unittest.TestCase) -> str:
     """The id of ``case`` in the durations file: ``path::Class::test``, as pytest's node id."""
-    return f"{case_world(case)}::{case._testMethodName}"
+    cls = type(case)
+    return f"{_path(cls)}::{cls.__qualname__}::{case._testMethodName}"
 
 
 class _FreshRun(unittest.TestSuite):

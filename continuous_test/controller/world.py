@@ -24,7 +24,7 @@ test *k* plainly and the runner's next test *k + 1* of this class is known,
     run_test(j), j != k+1, or stop():  k+1 is stopped with the world (killed), start() again
 
 A rank that dies once *k + 1* was sent fails *k + 1*, not "between tests".
-Worlds are kept in a registry keyed by test class (never on the class itself)
+Worlds are kept in a registry keyed by test class and size (never on the class itself)
 and all are stopped at interpreter exit.
 """
 from __future__ import annotations
@@ -414,7 +414,9 @@ def _with_details(text: str, tb: Optional[str], rank: int, output: str) -> str:
 
 # -- registry -----------------------------------------------------------------------
 
-_WORLDS: Dict[type, World] = {}
+# (class, size): a class with several sizes (continuous_test.sizes) has a world per
+# size; None for a class of one size.
+_WORLDS: Dict[Tuple[type, Optional[int]], World] = {}
 # Seconds spent starting the worlds of each class in this process, all starts together
 # (continuous_test.controller.shard charges them to the world, not to the test that started it).
 _START_SECONDS: Dict[type, float] = {}
@@ -425,26 +427,27 @@ def start_seconds(cls: type) -> float:
     return _START_SECONDS.get(cls, 0.0)
 
 
-def world_for(cls: type, settings: config.ClassSettings) -> World:
-    """The world of ``cls``, created on first use; one with other settings is stopped and replaced."""
-    world = _WORLDS.get(cls)
+def world_for(cls: type, settings: config.ClassSettings, size: Optional[int] = None) -> World:
+    """The world of ``cls`` (at ``size``), created on first use; one with other settings is stopped and replaced."""
+    world = _WORLDS.get((cls, size))
     if world is None or world.settings != settings:
         if world is not None:
             world.stop()
-        world = _WORLDS[cls] = World(cls, settings)
+        world = _WORLDS[(cls, size)] = World(cls, settings)
     return world
 
 
-def start_world_for(cls: type) -> World:
-    """Return the started world of ``cls``; unless it is READY, its configuration is checked first.
+def start_world_for(cls: type, size: Optional[int] = None) -> World:
+    """Return the started world of ``cls`` (of a sized test's ``size``); unless it is READY, its configuration
+    is checked first.
 
     A world that failed to start is not retried for the rest of the class: every
     later test reports the same error (or skip) at once.
     """
-    world = _WORLDS.get(cls)
+    world = _WORLDS.get((cls, size))
     if world is not None and world.state is WorldState.READY:
         return world  # checked when it started
-    world = world_for(cls, config.resolve(cls))
+    world = world_for(cls, config.resolve(cls, size), size)
     if world.start_error is not None:
         raise _again(world.start_error, cls)
     try:
@@ -469,19 +472,18 @@ def _again(error: BaseException, cls: type) -> BaseException:
 
 
 def stop_world(cls: type) -> None:
-    """Stop the world of ``cls``, if it has one; raises RankDiedError if a rank died outside a test."""
-    world = _WORLDS.pop(cls, None)
-    if world is None:
-        return
-    deaths = world.stop()
+    """Stop the worlds of ``cls`` (one per size), if it has any; raises RankDiedError if a rank died outside a test."""
+    deaths: List[str] = []
+    for key in [key for key in _WORLDS if key[0] is cls]:
+        deaths += [d.describe(cls) for d in _WORLDS.pop(key).stop()]
     if deaths:
-        raise RankDiedError("\n".join(d.describe(cls) for d in deaths))
+        raise RankDiedError("\n".join(deaths))
 
 
 @atexit.register
 def stop_all() -> None:
     """Stop every world; runs at interpreter exit so no rank outlives the controller."""
-    for cls in list(_WORLDS):
+    for cls in list(dict.fromkeys(key[0] for key in _WORLDS)):
         try:
             stop_world(cls)
         except RankDiedError as exc:

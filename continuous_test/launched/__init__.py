@@ -1,4 +1,4 @@
-"""Tests under a launcher (torchrun, srun): each launched process is a rank and its own controller.
+"""Tests under a launcher (torchrun, srun, mpiexec): each launched process is a rank and its own controller.
 
 :mod:`~continuous_test.launched.detect` tells how this process was launched (stdlib
 only: anyone may ask); :mod:`~continuous_test.launched.join` reaches the launcher's

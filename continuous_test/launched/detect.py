@@ -1,4 +1,4 @@
-"""How this process was launched: by a plain test runner, by torchrun, or by srun.
+"""How this process was launched: by a plain test runner, by torchrun, by srun, or by mpiexec.
 
 * **none**: ``python test_x.py``, ``python -m unittest``, ``pytest``.  This
   process becomes the controller and starts the ranks itself (the ranks it starts
@@ -8,20 +8,45 @@
   tests in place, with ``env://`` rendezvous.
 * **slurm**: an ``srun`` step with more than one task.  The Slurm variables are
   translated into the ``env://`` ones, then it behaves like torchrun.
+* **mpi**: ``mpiexec``/``mpirun`` of Open MPI (``OMPI_COMM_WORLD_*``) or of an
+  MPICH-style Hydra (``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``,
+  ``MPI_LOCALNRANKS``; Intel MPI's too) with more than one process.  Translated
+  into the ``env://`` ones like Slurm's.  The MPI library itself is never
+  initialised: only the launcher's variables are read.
 
-Each launch has a ``run_id`` (torchrun's ``TORCHELASTIC_RUN_ID``, or Slurm's job
-and step ids) that scopes every key the ranks put in the rendezvous store, so a
-rank that reaches another run's store never joins that run's world.  Under Slurm
-the default port is derived from the job *and* the step, so concurrent steps of
-one allocation do not compete for one port.
+Each launch has a ``run_id`` (torchrun's ``TORCHELASTIC_RUN_ID``, Slurm's job
+and step ids, the MPI job's id) that scopes every key the ranks put in the
+rendezvous store, so a rank that reaches another run's store never joins that
+run's world.  Under Slurm the default port is derived from the job *and* the
+step, so concurrent steps of one allocation do not compete for one port; under
+mpiexec from the MPI job (:func:`mpi_port`).
+
+The MPI job's id is Open MPI's ``OMPI_MCA_ess_base_jobid``, else PMIx's
+``PMIX_NAMESPACE``, else PMI's ``PMI_KVSNAME``/``PMI_JOBID``.  MPICH's Hydra
+exports none of them: on one host its ranks share one ``hydra_pmi_proxy``, whose
+pid is read from the peer of the ``PMI_FD`` socket (``SO_PEERCRED``; the socket
+is only inspected, never read or written: it stays the MPI library's).  Without ``MASTER_ADDR``, every rank must run on this host (the
+launcher's local size equals its world size): the rendezvous is on loopback.
+Across hosts the launcher says nothing of where rank 0 runs, so ``MASTER_ADDR``
+(and, without a job id, ``MASTER_PORT``) must be set, or the launch fails at
+once saying so.
+
+Where Slurm's variables and an MPI launcher's are both set, their rank and size
+decide: equal means ``srun`` launched the ranks itself (``--mpi=pmix``/``pmi2``),
+and Slurm's node list gives the rendezvous host; different means ``mpirun`` ran
+inside an allocation, started its daemons with ``srun``, and the ranks inherited
+the daemons' Slurm variables, so the MPI launcher's are the truth.
 """
 from __future__ import annotations
 
 import enum
 import os
 import re
+import socket
+import struct
+import zlib
 from dataclasses import dataclass
-from typing import List, Mapping, MutableMapping, Optional
+from typing import List, Mapping, MutableMapping, NamedTuple, Optional
 
 from continuous_test.errors import ConfigError
 from continuous_test.wire.env import ENV_RANK_MARKER
@@ -33,6 +58,7 @@ __all__ = [
     "export_env",
     "first_host",
     "slurm_port",
+    "mpi_port",
     "tasks_per_node",
     "ENV_RANK_MARKER",
     "LAUNCH_HINTS",
@@ -42,6 +68,19 @@ SLURM_DEFAULT_PORT_BASE = 20000
 SLURM_PORT_SPAN = 20000
 BAD_SLURM = "Cannot run under srun: {what}. Set MASTER_ADDR and MASTER_PORT explicitly."
 BAD_TASKS_PER_NODE = "Cannot run under srun: cannot read {name}={value!r} for node {node}"
+MPI_DEFAULT_PORT_BASE = 20000
+MPI_PORT_SPAN = 12000  # 20000-31999: below Linux's ephemeral ports (32768-)
+MPI_ACROSS_HOSTS = (
+    "Cannot run under {launcher} across hosts without MASTER_ADDR: {local} of its {size} ranks run on this host, "
+    "and the launcher does not say where rank 0 runs. Set MASTER_ADDR to an address of rank 0's host that every "
+    "host resolves{port}, and pass it to every rank (Open MPI: mpiexec -x MASTER_ADDR=...; MPICH: "
+    "mpiexec -genv MASTER_ADDR ...)"
+)
+MPI_NO_JOB_ID = (
+    "Cannot run under {launcher}: it exports no job id that every rank shares (OMPI_MCA_ess_base_jobid, "
+    "PMIX_NAMESPACE, PMI_KVSNAME, PMI_JOBID; on one host, the PMI_FD socket stands in), so no rendezvous port "
+    "private to this job can be derived. Set MASTER_PORT to a port of this launch's own and pass it to every rank"
+)
 
 
 class Mode(str, enum.Enum):
@@ -50,6 +89,7 @@ class Mode(str, enum.Enum):
     NONE = "none"
     TORCHRUN = "torchrun"
     SLURM = "slurm"
+    MPI = "mpi"
 
 
 @dataclass(frozen=True)
@@ -83,6 +123,7 @@ class Launch:
 LAUNCH_HINTS = {
     Mode.TORCHRUN: "torchrun --nnodes/--nproc-per-node",
     Mode.SLURM: "srun --ntasks/--nodes (-n/-N)",
+    Mode.MPI: "mpiexec -n",
     Mode.NONE: "world_size",
 }
 
@@ -136,8 +177,11 @@ def _classify(env: Mapping[str, str]) -> Launch:
             master_port=_int(env, "MASTER_PORT", "torchrun", minimum=1) if env.get("MASTER_PORT") else None,
             run_id="torchrun-" + env.get("TORCHELASTIC_RUN_ID", "env"),
         )
-    if _is_srun(env):
+    mpi = _mpi_world(env)
+    if _is_srun(env) and (mpi is None or _agrees_with_slurm(mpi, env)):
         return _slurm_launch(env)
+    if mpi is not None and mpi.size > 1:
+        return _mpi_launch(env, mpi)
     return Launch(Mode.NONE)
 
 
@@ -204,9 +248,110 @@ def tasks_per_node(value: str) -> List[int]:
     return counts
 
 
+class _MpiWorld(NamedTuple):
+    """What an MPI launcher's variables say; ``local_size`` is None where they do not tell."""
+
+    launcher: str
+    rank: int
+    size: int
+    local_rank: int
+    local_size: Optional[int]
+
+
+OPEN_MPI = "mpiexec (Open MPI)"
+HYDRA = "mpiexec (MPICH/Hydra)"
+
+
+def _mpi_world(env: Mapping[str, str]) -> Optional[_MpiWorld]:
+    """This process's place in an MPI launcher's world, from Open MPI's or PMI's variables; None without them.
+
+    PMIx alone (``PMIX_RANK``) gives no world size, so it names the job but makes no world.
+    """
+    if "OMPI_COMM_WORLD_RANK" in env:
+        size = _int(env, "OMPI_COMM_WORLD_SIZE", OPEN_MPI, default="", minimum=1)
+        local = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", OPEN_MPI, minimum=1) if "OMPI_COMM_WORLD_LOCAL_SIZE" in env \
+            else None
+        return _MpiWorld(OPEN_MPI, _int(env, "OMPI_COMM_WORLD_RANK", OPEN_MPI), size,
+                         _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", OPEN_MPI, default="0"), local)
+    if "PMI_RANK" in env and "PMI_SIZE" in env:
+        size = _int(env, "PMI_SIZE", HYDRA, minimum=1)
+        local = _int(env, "MPI_LOCALNRANKS", HYDRA, minimum=1) if "MPI_LOCALNRANKS" in env else None
+        return _MpiWorld(HYDRA, _int(env, "PMI_RANK", HYDRA), size, _int(env, "MPI_LOCALRANKID", HYDRA, default="0"),
+                         local)
+    return None
+
+
+def _agrees_with_slurm(mpi: _MpiWorld, env: Mapping[str, str]) -> bool:
+    """Whether srun itself launched the MPI ranks (see the module docstring)."""
+    return (mpi.rank, mpi.size) == (_int(env, "SLURM_PROCID", "srun"), _int(env, "SLURM_NTASKS", "srun", minimum=1))
+
+
+def _mpi_launch(env: Mapping[str, str], mpi: _MpiWorld) -> Launch:
+    one_host = mpi.local_size == mpi.size
+    port = _int(env, "MASTER_PORT", "you", minimum=1) if env.get("MASTER_PORT") else None
+    job = _mpi_job_id(env, one_host)
+    addr = env.get("MASTER_ADDR")
+    if not addr:
+        if not one_host:
+            local = "?" if mpi.local_size is None else str(mpi.local_size)
+            raise ConfigError(MPI_ACROSS_HOSTS.format(launcher=mpi.launcher, local=local, size=mpi.size,
+                                                      port=" (and MASTER_PORT)" if job is None else ""))
+        addr = "127.0.0.1"
+    if job is None:
+        if port is None:
+            raise ConfigError(MPI_NO_JOB_ID.format(launcher=mpi.launcher))
+        job = "env"
+    return Launch(
+        Mode.MPI,
+        rank=mpi.rank,
+        world_size=mpi.size,
+        local_rank=mpi.local_rank,
+        local_world_size=mpi.local_size if mpi.local_size is not None else mpi.size,
+        master_addr=addr,
+        master_port=port if port is not None else mpi_port(job),
+        run_id=f"mpi-{job}",
+        master_addr_source="MASTER_ADDR" if env.get("MASTER_ADDR") else "loopback (every rank runs on this host)",
+    )
+
+
+def _mpi_job_id(env: Mapping[str, str], one_host: bool) -> Optional[str]:
+    """The MPI job's id, the same on every rank (see the module docstring); None if there is none."""
+    for name in ("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_KVSNAME", "PMI_JOBID"):
+        if env.get(name):
+            return env[name]
+    if one_host and env.get("PMI_FD", "").isdigit():
+        return _pmi_server(int(env["PMI_FD"]))
+    return None
+
+
+def _pmi_server(fd: int) -> Optional[str]:
+    """Who serves the PMI socket ``fd`` (Hydra's proxy: the same for every rank of a job on this host)."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return None
+    try:
+        if sock.family == getattr(socket, "AF_UNIX", None) and hasattr(socket, "SO_PEERCRED"):
+            pid, _, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            return f"pmi-proxy-{pid}" if pid > 0 else None
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            host, port = sock.getpeername()[:2]
+            return f"pmi-server-{host}:{port}"
+        return None
+    except OSError:
+        return None
+    finally:
+        sock.detach()  # the fd stays open: it is the MPI library's, not ours
+
+
+def mpi_port(job: str) -> int:
+    """The default rendezvous port of an MPI job: stable for one job, spread over jobs."""
+    return MPI_DEFAULT_PORT_BASE + zlib.crc32(job.encode()) % MPI_PORT_SPAN
+
+
 def export_env(launch: Launch, env: MutableMapping[str, str] = os.environ) -> None:
-    """Export the ``env://`` variables of a Slurm launch (nothing otherwise); due before any rendezvous."""
-    if launch.mode is not Mode.SLURM:
+    """Export the ``env://`` variables of a Slurm or MPI launch (nothing otherwise); due before any rendezvous."""
+    if launch.mode not in (Mode.SLURM, Mode.MPI):
         return
     env.setdefault("MASTER_ADDR", str(launch.master_addr))
     env.setdefault("MASTER_PORT", str(launch.master_port))

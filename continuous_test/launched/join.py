@@ -1,11 +1,13 @@
 """Joining a launched world: the launcher's store, every rank's arrival, the default group.
 
 Each launched process reaches the launcher's store once (torchrun's agent store, or
-a store that rank 0 hosts under srun), waits until every rank announced itself,
-and creates the default process group on its own keys.  After a failed test the
+a store that rank 0 hosts under srun and mpiexec), waits until every rank announced
+itself, and creates the default process group on its own keys.  After a failed test the
 group is replaced by a new one (:func:`rebuild`): a broken gloo group's shutdown can
 hang, so the old one is abandoned, not destroyed.  Every key lives under the
 launch's ``run_id``, so a rank that reached another run's store never joins it.
+At exit, the ranks other than 0 wait until rank 0 has printed the report
+(:func:`_leave`).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any, List, Optional
 
 from continuous_test import config
 from continuous_test.errors import RendezvousError
-from continuous_test.launched.detect import Launch
+from continuous_test.launched.detect import Launch, export_env
 from continuous_test.rank.run import remember_default_group
 
 
@@ -74,6 +76,7 @@ def connect(cls, launch: Launch) -> Joined:
     if _join_error is not None:
         raise RendezvousError(str(_join_error))
     if _joined is None:
+        export_env(launch)  # run_tests() did, but pytest and ``python -m unittest`` did not
         try:
             timeout = config.start_timeout(cls)
             store = dist.PrefixStore(f"{STORE_PREFIX}/{launch.run_id}", _launcher_store(launch, timeout))
@@ -110,7 +113,7 @@ def _failed_to_join(exc: BaseException, launch: Launch) -> None:
 
 
 def _launcher_store(launch: Launch, timeout: float):
-    """A client of the launcher's store (torchrun's agent), or rank 0 hosting one (srun).
+    """A client of the launcher's store (torchrun's agent), or rank 0 hosting one (srun, mpiexec).
 
     Unlike ``env://``, the host does not block until every rank connected: the
     arrival check below waits instead, and can say who never came.
@@ -192,17 +195,26 @@ def _await_everyone(store, launch: Launch, timeout: float) -> None:
 
 
 def _leave() -> None:
-    """At exit: tell peers that rank 0 reported, and destroy the default group if it is healthy."""
+    """At exit: rank 0 tells its peers that it reported; the others wait for that.
+
+    A launcher may end the whole job as soon as one rank exits non-zero (Open MPI's
+    mpiexec does), so no rank may exit before rank 0 printed the report.  The wait
+    ends at once if rank 0, the store's host, is gone, and is bounded by the start
+    timeout.  Then the default group is destroyed if it is healthy.
+    """
     import torch.distributed as dist
 
     joined = _joined
     if joined is None:
         return
-    if joined.rank == 0:
-        try:
+    try:
+        if joined.rank == 0:
             joined.store.set("reported", "1")
-        except Exception:  # the store's host is gone: nobody is waiting any more
-            pass
+        else:
+            joined.store.set_timeout(timedelta(seconds=joined.start_timeout))
+            joined.store.wait(["reported"])
+    except Exception:  # the store's host is gone: nobody is waiting any more, nothing to wait for
+        pass
     if dist.is_initialized() and not joined.broken and group_intact(joined):
         dist.destroy_process_group()
 

@@ -1,7 +1,8 @@
-"""Running tests in place when an external launcher (torchrun, srun) started the ranks.
+"""Running tests in place when an external launcher (torchrun, srun, mpiexec) started the ranks.
 
 Each launched process is one rank and its own controller.  It reaches the launcher's
-store once (torchrun's agent store, or a store that rank 0 hosts under srun), joins
+store once (torchrun's agent store, or a store that rank 0 hosts under srun and
+mpiexec), joins
 the default process group on it (:mod:`continuous_test.launched.join`), and runs
 every test itself::
 
@@ -41,7 +42,7 @@ import unittest
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from continuous_test import config
+from continuous_test import config, sizes
 from continuous_test.errors import RendezvousError
 from continuous_test.launched.detect import Launch
 from continuous_test.launched.join import WORLD_BROKEN, Joined, connect, group_intact, join, rebuild
@@ -94,7 +95,7 @@ def _skip_in_place(case: unittest.TestCase, result, launch: Launch):
     """
     test = replay.short_id(case)
     cls = type(case)
-    joined = _joined_for(case, launch) if _size_matches(cls, launch) else None
+    joined = _joined_for(case, launch) if _size_matches(case, launch) else None
     if joined is None or joined.broken:
         return unittest.TestCase.run(case, result)  # unittest reports the skip
     key = _test_key(joined, test)
@@ -118,8 +119,14 @@ def _skip_in_place(case: unittest.TestCase, result, launch: Launch):
     return result
 
 
-def _size_matches(cls: type, launch: Launch) -> bool:
-    return config.resolve(cls, check_importable=False).world_size == launch.world_size
+def _needed_size(case: unittest.TestCase) -> int:
+    """The world size ``case`` needs: its own (a sized test, ``test_x[ws2]``), else its class's."""
+    size = sizes.test_size(case)
+    return size if size is not None else config.resolve(type(case), check_importable=False).world_size
+
+
+def _size_matches(case: unittest.TestCase, launch: Launch) -> bool:
+    return _needed_size(case) == launch.world_size
 
 
 def _joined_for(case: unittest.TestCase, launch: Launch) -> Joined:
@@ -132,7 +139,7 @@ def _joined_for(case: unittest.TestCase, launch: Launch) -> Joined:
 def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Verdict:
     """Run one test on this launched rank; return the verdict merged across all ranks."""
     cls = type(case)
-    needed = config.resolve(cls, check_importable=False).world_size
+    needed = _needed_size(case)
     if needed != launch.world_size:
         raise unittest.SkipTest(WORLD_SIZE_MISMATCH.format(cls=cls.__qualname__, needed=needed,
                                                            launched=launch.world_size, hint=launch.hint))

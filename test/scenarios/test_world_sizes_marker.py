@@ -1,0 +1,16 @@
+"""A class sized by a pytest marker with several sizes (pytest only)."""
+import pytest
+import torch.distributed as dist
+
+from continuous_test import MultiProcContinuousTest
+
+
+@pytest.mark.world_size([1, 3])
+class MarkedTest(MultiProcContinuousTest):
+    def test_size(self):
+        assert dist.get_world_size() == self.world_size
+        assert self.world_size in (1, 3)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__]))

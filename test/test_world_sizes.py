@@ -1,0 +1,123 @@
+"""Several world sizes for one class or function (continuous_test/sizes.py): ids, one world per size and
+class under every runner, per-size bisect, launchers, bad lists."""
+from __future__ import annotations
+
+import collections
+import re
+
+import helpers
+import pytest
+from helpers import describe, pytest_counts, unittest_counts
+
+from continuous_test import sizes
+from continuous_test.errors import ConfigError
+
+SCENARIO = "test_world_sizes.py"
+SIZED_IDS = [f"SizesTest::test_all_reduce[ws{n}]" for n in (1, 2, 3)] + \
+    [f"SizesTest::test_rank_below_size[ws{n}]" for n in (1, 2, 3)] + \
+    ["FreshSizesTest::test_fresh[ws1]", "FreshSizesTest::test_fresh[ws2]"]
+
+
+def _worlds(log) -> dict:
+    """test -> world size -> the rank-0 pids that ran it (from the scenario's log)."""
+    found: dict = collections.defaultdict(lambda: collections.defaultdict(set))
+    for line in log.read_text().splitlines():
+        test, pid, size = line.split()
+        found[test][int(size)].add(int(pid))
+    return found
+
+
+def _one_world_per_size(log, class_tests=("SizesTest.test_all_reduce", "SizesTest.test_rank_below_size")) -> None:
+    found = _worlds(log)
+    assert sorted(found[class_tests[0]]) == [1, 2, 3], dict(found)
+    for size in (1, 2, 3):
+        pids = set().union(*(found[test][size] for test in class_tests))
+        assert len(pids) == 1, (size, dict(found))  # both tests of one size: one world
+    assert len({next(iter(found[class_tests[0]][size])) for size in (1, 2, 3)}) == 3  # a world per size
+
+
+@pytest.mark.parametrize("runner", ["python", "pytest", "xdist"])
+def test_each_test_runs_once_per_size_in_one_world_per_size(runner, tmp_path):
+    log = tmp_path / "log"
+    env = {"WS_LOG": str(log)}
+    if runner == "python":
+        proc = helpers.python(SCENARIO, "-v", env=env)
+        assert unittest_counts(proc.stderr) == {"ran": 8}, describe(proc)
+        for name in ("test_all_reduce[ws3] (__main__.SizesTest.test_all_reduce[ws3]) ... ok",
+                     "test_fresh[ws2] (__main__.FreshSizesTest.test_fresh[ws2]) ... ok"):
+            assert name in proc.stderr, describe(proc)
+    else:
+        extra = ["-n", "2", "--dist", "loadscope"] if runner == "xdist" else []
+        proc = helpers.pytest(SCENARIO, "-vv", *extra, env=env)
+        assert pytest_counts(proc.stdout) == {"passed": 8}, describe(proc)
+        for test_id in SIZED_IDS:
+            assert re.search(rf"(PASSED.*{re.escape(SCENARIO)}::{re.escape(test_id)}|"
+                             rf"{re.escape(SCENARIO)}::{re.escape(test_id)} PASSED)", proc.stdout), (test_id, describe(proc))
+    _one_world_per_size(log)
+
+
+def test_k_selects_one_size():
+    proc = helpers.pytest(SCENARIO, "-k", "ws3")
+    assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 6}, describe(proc)
+    proc = helpers.python(SCENARIO, "-v", "-k", "ws2")
+    assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
+
+
+def test_a_function_runs_once_per_size_in_its_sizes_world(tmp_path):
+    log = tmp_path / "log"
+    proc = helpers.pytest("test_world_sizes_functions.py", "-vv", env={"WS_LOG": str(log)})
+    assert pytest_counts(proc.stdout) == {"passed": 6}, describe(proc)
+    for test_id in ("test_function_sizes[ws1]", "test_function_sizes[ws2]", "test_parametrized_function_sizes[ws3-4]"):
+        assert f"::{test_id} PASSED" in proc.stdout, (test_id, describe(proc))
+    assert sorted(_worlds(log)["test_function_sizes"]) == [1, 2]
+
+
+def test_a_marker_with_several_sizes_sizes_a_class():
+    proc = helpers.pytest("test_world_sizes_marker.py", "-vv")
+    assert pytest_counts(proc.stdout) == {"passed": 2}, describe(proc)
+    assert "MarkedTest::test_size[ws1] PASSED" in proc.stdout and "MarkedTest::test_size[ws3] PASSED" in proc.stdout
+
+
+def test_bisect_looks_only_at_predecessors_of_the_same_size():
+    proc = helpers.python("test_world_sizes_faults.py", "-v")
+    output = proc.stderr
+    assert unittest_counts(output) == {"ran": 5, "failures": 1, "errors": 1}, describe(proc)
+    assert "test_b_victim[ws1] (__main__.PerSizeTest.test_b_victim[ws1]) ... ok" in output, describe(proc)
+    assert "FAIL: test_b_victim[ws2]" in output
+    assert "test_b_victim[ws2] fails only after test_a_pollutes_at_size_2[ws2]; passes alone." in output, output
+    # A bad list fails its class's test with an error that names the class and the value.
+    assert "BadSizesTest.world_size must be a positive int or a non-empty list of distinct positive ints, " \
+        "got [2, 0]" in output, describe(proc)
+
+
+def test_under_a_launcher_the_other_sizes_skip_with_the_reason():
+    proc = helpers.torchrun(SCENARIO, 2, "-v")
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 8, "skipped": 4}, describe(proc)
+    assert "test_all_reduce[ws3] (__main__.SizesTest.test_all_reduce[ws3]) ... skipped 'SizesTest needs " \
+        "world_size=3 but the launcher started WORLD_SIZE=2 ranks" in proc.stderr, describe(proc)
+    assert "test_all_reduce[ws2] (__main__.SizesTest.test_all_reduce[ws2]) ... ok" in proc.stderr
+
+
+def test_sizes_parse_check_and_expand():
+    assert sizes.parse("test_x[ws12]") == ("test_x", 12)
+    assert sizes.parse("test_x") is None and sizes.parse("test_x[ws0]") is None
+    assert sizes.check((1, 2), "where") == [1, 2]
+    for bad in ([], [1, 1], [0], [True], ["2"]):
+        with pytest.raises(ConfigError, match="where must be a positive int or a non-empty list"):
+            sizes.check(bad, "where")
+
+    class Plain:
+        def test_a(self):
+            return "a"
+
+        def helper(self):
+            return "h"
+
+    sizes.expand(Plain, [1, 2])
+    assert Plain.test_a is None and Plain.helper is not None  # the unsized name is not collected
+    assert getattr(Plain, "test_a[ws1]") is getattr(Plain, "test_a[ws2]")  # the test's own function, unwrapped
+    assert Plain.world_size.sizes == [1, 2]
+    case = Plain()
+    sizes.set_size(case, 2)
+    assert case.world_size == 2 and Plain.world_size.sizes == [1, 2]
