@@ -256,11 +256,19 @@ def test_stored_durations_put_the_world_start_on_the_world_and_balance_the_next_
 
 def test_xdist_loadscope_runs_exactly_the_shard(tmp_path):
     expected = collected("--ct-shard=2/3")
-    proc = helpers.pytest(SCENARIO, "--ct-shard=2/3", "-n", "2", "--dist", "loadscope", "-rA", "-v")
+    stored = tmp_path / "durations.json"
+    proc = helpers.pytest(SCENARIO, "--ct-shard=2/3", "-n", "2", "--dist", "loadscope", "-rA", "-v",
+                          f"--ct-store-durations={stored}")
     assert proc.returncode == 0, describe(proc)
     assert "continuous_test: shard 2/3 (the --ct-shard option)" in proc.stdout, describe(proc)  # the header
     ran = re.findall(r"^PASSED (\S+)$", proc.stdout, re.M)
     assert sorted("test/scenarios/" + node for node in ran) == sorted(expected), describe(proc)
+    # The workers' reports carry the world starts to the controller, which stores them.
+    data = json.loads(stored.read_text())
+    assert sorted(data["tests"]) == sorted(expected)
+    worlds = {NODE + {"test_f1": "_DistributedFunctions_1"}.get(node[len(NODE):][:7], "_DistributedFunctions_2")
+              if "::" not in node[len(NODE):] else NODE + node[len(NODE):].split("::")[0] for node in expected}
+    assert set(data["worlds"]) == {w for w in worlds if w.endswith(("WorldA", "Flaky", "_2", "_1"))}, data
 
 
 def test_pytest_repeats_are_items_and_the_summary_says_the_world(tmp_path):
