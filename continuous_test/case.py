@@ -337,16 +337,47 @@ def _template_before_unittest_runs() -> None:
 
     def runTests(self: Any) -> Any:  # noqa: N802 - unittest's name
         role = _role.current_role()
+        quiet = role is ProcessRole.LAUNCHED and detect().rank != 0
+        prepared = _shard_and_repeat(self, quiet)  # first: a bad setting is said before anything starts
         if role is ProcessRole.CONTROLLER:
             from continuous_test.template import server
 
             server.prepare()
-        elif role is ProcessRole.LAUNCHED and detect().rank != 0:
+        elif quiet:
             _quiet_runner(self)
-        return original(self)
+        try:
+            return original(self)
+        finally:
+            _repeat_summary(self, prepared, quiet)
 
     runTests._ct_prepares_template = True  # type: ignore[attr-defined]
     program.runTests = runTests  # type: ignore[method-assign]
+
+
+def _shard_and_repeat(program: Any, quiet: bool) -> Any:
+    """Cut the loaded tests to this run's shard and repeat them (:mod:`continuous_test.controller.suite`)."""
+    from continuous_test.controller import suite
+    from continuous_test.errors import ConfigError
+
+    try:
+        prepared = suite.prepare(program.test, lambda cls: issubclass(cls, MultiProcContinuousTest))
+    except ConfigError as exc:  # a bad CONTINUOUS_TEST_SHARD, say: a usage error, as unittest's own
+        print(f"continuous_test: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    program.test = prepared.suite
+    if prepared.line and not quiet:
+        print(prepared.line, file=sys.stderr, flush=True)
+    return prepared
+
+
+def _repeat_summary(program: Any, prepared: Any, quiet: bool) -> None:
+    """Keep the repeats' tally on the result (``result.repeat_tally``) and print its summary."""
+    result = getattr(program, "result", None)
+    if not prepared.runs or result is None:
+        return
+    result.repeat_tally = tally = prepared.tally(result)
+    if not quiet:
+        print("\n".join(tally.summary()), file=sys.stderr, flush=True)
 
 
 def _quiet_runner(program: Any) -> None:

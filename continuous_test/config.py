@@ -28,6 +28,9 @@ Leak policy of a test (:mod:`continuous_test.rank.leaks`), highest precedence fi
 on the test, then on its class, the ``leak_policy`` class attribute, ``restore``.
 
 Order shuffling: ``--ct-shuffle[=SEED]``, else ``CONTINUOUS_TEST_SHUFFLE=SEED``.
+Repeats (:mod:`continuous_test.controller.repeat`): ``--ct-repeat=N``, else
+``CONTINUOUS_TEST_REPEAT=N`` (default 1); ``--ct-repeat-fresh``, else
+``CONTINUOUS_TEST_REPEAT_FRESH``.  Shards: :mod:`continuous_test.controller.shard`.
 Rerun and bisect of a failed test (:mod:`continuous_test.controller.bisect`): at most
 ``CONTINUOUS_TEST_BISECT`` seconds per run in all (``--ct-bisect``; ``off`` or 0
 turns it off; default :data:`DEFAULT_BISECT_BUDGET`).
@@ -51,6 +54,8 @@ from continuous_test.wire.env import (
     ENV_BISECT,
     ENV_GRACE,
     ENV_LEAKS,
+    ENV_REPEAT,
+    ENV_REPEAT_FRESH,
     ENV_SHUFFLE,
     ENV_SHUTDOWN_TIMEOUT,
     ENV_START_METHOD,
@@ -118,6 +123,10 @@ __all__ = [
     "shuffle_seed",
     "bisect_budget",
     "parse_budget",
+    "repeat_count",
+    "repeat_fresh",
+    "ENV_REPEAT",
+    "ENV_REPEAT_FRESH",
 ]
 
 DEFAULT_TEST_TIMEOUT = 300.0
@@ -560,3 +569,14 @@ def bisect_budget(env: Mapping[str, str] = os.environ) -> float:
     if raw is None or not raw.strip():
         return DEFAULT_BISECT_BUDGET
     return parse_budget(raw, f"{ENV_BISECT} environment variable")
+
+
+def repeat_count(env: Mapping[str, str] = os.environ) -> int:
+    """How many times each selected test runs in its shared world, from ``CONTINUOUS_TEST_REPEAT`` (default 1)."""
+    raw = env.get(ENV_REPEAT, "").strip()
+    return parse_positive_int(raw, "repeat count", f"{ENV_REPEAT} environment variable") if raw else 1
+
+
+def repeat_fresh(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether each selected test also runs that many times in fresh worlds (``CONTINUOUS_TEST_REPEAT_FRESH``)."""
+    return bool(switch_if_set(ENV_REPEAT_FRESH, env))

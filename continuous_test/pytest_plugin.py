@@ -29,16 +29,25 @@
   ``--ct-min-devices N`` deselect the tests that need more or fewer (a test that is
   not distributed needs 0).  ``--collect-only`` says how many tests need how many.
   See ``docs/devices.rst``.
+* **Shards and repeats.**  ``--ct-shard=I/N`` keeps one shard of the selected tests,
+  whole worlds only, balanced on the durations ``--ct-store-durations[=FILE]`` wrote
+  (``--ct-durations=FILE`` reads them; see :mod:`continuous_test.controller.shard`).
+  ``--ct-repeat=N`` runs each test N times in its shared world, ``--ct-repeat-fresh``
+  N more times in fresh worlds, and the summary says what the failures follow
+  (:mod:`continuous_test.controller.repeat`; the tally: :func:`repeat_tally`).
 * **Module worlds.**  The shared world of a module's ``@distributed`` functions is
   stopped when the last test of that module is done.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from typing import Any, List, Optional
 
+import _pytest.python as _pytest_python  # pytest's own: the parametrization a repeated run extends
 import pytest
+from _pytest.unittest import TestCaseFunction as _TestCaseFunction
 
 from continuous_test.config import Overrides  # light: no torch
 
@@ -61,6 +70,11 @@ __all__ = [
     "pytest_testnodedown",
     "pytest_pycollect_makeitem",
     "pytest_generate_tests",
+    "pytest_collection_modifyitems_shard",
+    "pytest_runtest_makereport_shard",
+    "pytest_runtest_protocol_fresh",
+    "repeat_tally",
+    "item_world",
 ]
 
 TIMEOUT_HELP = "per-test time limit in seconds for distributed tests (overrides CONTINUOUS_TEST_TIMEOUT)"
@@ -85,6 +99,11 @@ MIN_DEVICES_HELP = "deselect the tests that need fewer than N devices"
 DEVICES_MARKER = "ct_devices"
 DEVICES_LINE = "continuous_test: devices needed: {counts} (marker ct_devices(n=N); select with -m \"ct_devices(n=N)\")"
 BISECT_HELP = "seconds per run for rerunning and bisecting failed distributed tests, or off (default 120)"
+SHARD_HELP = "run shard I of N (I from 1) of the selected tests, whole worlds only (CONTINUOUS_TEST_SHARD)"
+DURATIONS_HELP = "durations file the shards are balanced on (default .ct_durations.json in the rootdir)"
+STORE_DURATIONS_HELP = "write this run's test and world-start durations to FILE (default: the durations file)"
+REPEAT_HELP = "run each selected test N times in its shared world (CONTINUOUS_TEST_REPEAT)"
+REPEAT_FRESH_HELP = "with --ct-repeat, also run each test N times in fresh worlds (CONTINUOUS_TEST_REPEAT_FRESH=1)"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -102,6 +121,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ct-min-devices", dest="ct_min_devices", default=None, metavar="N", help=MIN_DEVICES_HELP)
     group.addoption("--ct-live-output", dest="ct_live_output", action="store_true", default=None,
                     help=LIVE_OUTPUT_HELP)
+    group.addoption("--ct-shard", dest="ct_shard", default=None, metavar="I/N", help=SHARD_HELP)
+    group.addoption("--ct-durations", dest="ct_durations", default=None, metavar="FILE", help=DURATIONS_HELP)
+    group.addoption("--ct-store-durations", dest="ct_store_durations", default=None, nargs="?", const="",
+                    metavar="FILE", help=STORE_DURATIONS_HELP)
+    group.addoption("--ct-repeat", dest="ct_repeat", default=None, metavar="N", help=REPEAT_HELP)
+    group.addoption("--ct-repeat-fresh", dest="ct_repeat_fresh", action="store_true", default=None,
+                    help=REPEAT_FRESH_HELP)
     parser.addini("ct_timeout", TIMEOUT_HELP, default=None)
     parser.addini("ct_world_size", WORLD_SIZE_HELP, default=None)
 
@@ -112,12 +138,15 @@ _SAVED_ENV = pytest.StashKey[dict]()
 _OUTCOME = pytest.StashKey[str]()  # how a test ended so far, in the run report's words
 _PARTS = pytest.StashKey[list]()  # the run reports xdist's workers sent
 WORKER_OUTPUT_KEY = "continuous_test_run_report"
+_RECORDER = "continuous_test.recorder"
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: List[str]) -> None:
-    """Read a bare ``--ct-shuffle`` as "pick a seed", so it never swallows the next argument (a path)."""
-    args[:] = [f"--ct-shuffle={SHUFFLE_RANDOM}" if arg == "--ct-shuffle" else arg for arg in args]
+    """Read a bare ``--ct-shuffle`` as "pick a seed" (and a bare ``--ct-store-durations`` as "the default
+    file"), so that neither swallows the next argument (a path)."""
+    bare = {"--ct-shuffle": f"--ct-shuffle={SHUFFLE_RANDOM}", "--ct-store-durations": "--ct-store-durations="}
+    args[:] = [bare.get(arg, arg) for arg in args]
 
 
 def _export_launch() -> None:
@@ -153,8 +182,11 @@ def pytest_configure(config: pytest.Config) -> None:
         _configure_isolation(config)
         _export_launch()
         _device_limits(config)
+        config.stash[_SHARDING] = sharding = _sharding(config)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if not hasattr(config, "workerinput"):  # the controller sees every report, xdist workers' too
+        config.pluginmanager.register(_Recorder(sharding), _RECORDER)
     # Kept on this session's config, never in module globals: a later session in
     # the same process starts clean.
     config.stash[_OVERRIDES] = ct_config.Overrides(time_limit=limit, world_size=size)
@@ -241,6 +273,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     from continuous_test.controller import progress
 
     progress.use_unittest()
+    recorder = config.pluginmanager.get_plugin(_RECORDER)
+    if recorder is not None:
+        config.pluginmanager.unregister(recorder)
     for name, value in config.stash.get(_SAVED_ENV, {}).items():
         if value is None:
             os.environ.pop(name, None)
@@ -248,9 +283,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ[name] = value
 
 
-def pytest_report_header(config: pytest.Config) -> Optional[str]:
-    """Say the shuffle seed at the start of the run."""
-    return _seed_line()
+def pytest_report_header(config: pytest.Config) -> List[str]:
+    """Say the shuffle seed and the shard at the start of the run (xdist's controller collects nothing)."""
+    sharding = config.stash.get(_SHARDING, None)
+    chosen = sharding.shard if sharding is not None else None
+    shard_line = None if chosen is None else f"continuous_test: shard {chosen.index}/{chosen.count} ({chosen.source})"
+    return [line for line in (_seed_line(), shard_line) if line]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -709,3 +747,264 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) 
 
         for cls in classes:
             stop_world(cls)
+
+
+# -- shards and repeats ----------------------------------------------------------------
+
+class _Sharding:
+    """This session's shard, durations files and repeats, read once at configure."""
+
+    def __init__(self, shard: Any, durations: str, store: Optional[str], repeat: int, fresh: bool) -> None:
+        self.shard, self.durations, self.store = shard, durations, store
+        self.repeat, self.fresh = repeat, fresh
+        # Set when this process kept none of a non-empty selection: more shards than groups of tests.
+        self.empty_shard = False
+        # Filled by the controller as reports come (xdist workers' too): node id -> seconds,
+        # world id -> seconds of its starts, and the repeated runs' outcomes.
+        self.test_seconds: dict = {}
+        self.world_seconds: dict = {}
+        from continuous_test.controller.repeat import RepeatTally
+
+        self.tally = RepeatTally()
+
+
+_SHARDING = pytest.StashKey[_Sharding]()
+_REPEAT = pytest.StashKey[Any]()
+_WORLD_STARTS = pytest.StashKey[float]()
+
+
+def _sharding(config: pytest.Config) -> _Sharding:
+    """Resolve --ct-shard (else CONTINUOUS_TEST_SHARD, else a Slurm job array), the durations files and the repeats."""
+    from continuous_test import config as ct_config
+    from continuous_test.controller import shard
+
+    value = config.getoption("ct_shard")
+    chosen = shard.parse_shard(value, "the --ct-shard option") if value is not None else shard.shard_from_env()
+    root = str(config.rootpath)
+    durations = shard.durations_path(config.getoption("ct_durations"), root)
+    store = config.getoption("ct_store_durations")
+    stored = None if store is None else (shard.durations_path(store, root) if store else durations)
+    count = config.getoption("ct_repeat")
+    repeat = (ct_config.parse_positive_int(count, "repeat count", "the --ct-repeat option") if count is not None
+              else ct_config.repeat_count())
+    fresh = bool(config.getoption("ct_repeat_fresh")) or ct_config.repeat_fresh()
+    return _Sharding(chosen, durations, stored, repeat, fresh)
+
+
+def repeat_tally(config: pytest.Config) -> Any:
+    """The :class:`~continuous_test.controller.repeat.RepeatTally` of this session (in the controller: all workers')."""
+    return config.stash[_SHARDING].tally
+
+
+def item_world(item: pytest.Item) -> str:
+    """The world ``item`` runs in (:func:`continuous_test.controller.shard.world_of`): shards never split one."""
+    from continuous_test.controller.shard import world_of
+
+    from continuous_test import sizes
+    from continuous_test.functions import SIZE_ARG
+
+    path = item.nodeid.split("::", 1)[0]
+    name = getattr(item, "originalname", None) or item.name
+    cls = getattr(item, "cls", None)
+    if cls is not None:  # a test class's: test_x[ws2] is in the world of size 2
+        sized = sizes.parse(name)
+        return world_of(path, cls, name, sized[1] if sized and _has_world(item) else None)
+    cls = _test_class(item)
+    size = getattr(item, "callspec", None) and item.callspec.params.get(SIZE_ARG)  # type: ignore[attr-defined]
+    if cls is not None and size:  # a @distributed function of several sizes: the module's world of this size
+        cls = _function_class_of_size(cls, size)
+    return world_of(path, cls, name)
+
+
+def _function_class_of_size(cls: type, size: int) -> type:
+    """The hidden class of ``cls``'s module for ``size`` (and the same backend), which that size's functions share."""
+    import re
+    import sys
+
+    name = re.sub(r"^_DistributedFunctions_\d+", f"_DistributedFunctions_{size}", cls.__qualname__)
+    return getattr(sys.modules.get(cls.__module__), name, cls)
+
+
+def _has_world(item: pytest.Item) -> bool:
+    cls = _test_class(item)
+    return cls is not None and _shared_world(cls)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_shard(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """After the selection (-k, -m, which run before): keep this shard's worlds, then make the repeats."""
+    sharding = config.stash.get(_SHARDING, None)
+    if sharding is None:
+        return
+    if sharding.shard is not None:
+        _keep_shard(config, sharding, items)
+    if sharding.repeat > 1 or sharding.fresh:
+        items[:] = _repeated(items, sharding.repeat, sharding.fresh)
+
+
+def _keep_shard(config: pytest.Config, sharding: _Sharding, items: List[pytest.Item]) -> None:
+    from continuous_test.controller import shard
+
+    try:
+        durations = shard.Durations.load(sharding.durations)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    chosen = sharding.shard
+    cut = shard.split(items, item_world, lambda item: item.nodeid, _has_world, chosen.count, durations)
+    kept = cut.tests(chosen.index)
+    kept_ids = {id(item) for item in kept}
+    dropped = [item for item in items if id(item) not in kept_ids]
+    seconds = cut.seconds()
+    line = shard.SHARD_LINE.format(index=chosen.index, count=chosen.count, source=chosen.source, tests=len(kept),
+                                   total=len(items), units=len(cut.shards[chosen.index - 1]),
+                                   all_units=sum(map(len, cut.shards)), seconds=seconds[chosen.index - 1],
+                                   low=min(seconds), high=max(seconds))
+    sharding.empty_shard = bool(items) and not kept
+    items[:] = [item for item in items if id(item) in kept_ids]  # in the order at hand (a shuffled one, say)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and not hasattr(config, "workerinput"):
+        reporter.write_line(line)
+
+
+def _repeated(items: List[pytest.Item], count: int, fresh: bool) -> List[pytest.Item]:
+    """Each item as ``count`` runs in a row; with ``fresh``, ``count`` more of each test of a shared world,
+    after that world's shared runs (so that the shared world is started once)."""
+    from continuous_test.controller.repeat import FRESH, SHARED
+
+    out: List[pytest.Item] = []
+    pending: List[pytest.Item] = []
+    for index, item in enumerate(items):
+        out.extend(_run_of(item, SHARED, k, count) for k in range(1, count + 1))
+        if fresh and _has_world(item):
+            pending.extend(_run_of(item, FRESH, k, count) for k in range(1, count + 1))
+        following = items[index + 1] if index + 1 < len(items) else None
+        if pending and (following is None or item_world(following) != item_world(item)):
+            out.extend(pending)
+            pending = []
+    return out
+
+
+def _run_of(item: pytest.Item, mode: str, number: int, count: int) -> pytest.Item:
+    """A new item for run ``number`` of ``count`` of ``item``, with the item's markers, fixtures and settings."""
+    from continuous_test.controller.repeat import RepeatRun, run_name, run_tag
+
+    name = run_name(item.name, mode, number, count)
+    original = getattr(item, "originalname", None) or item.name
+    kind = _RepeatedTestCaseFunction if isinstance(item, _TestCaseFunction) else pytest.Function
+    new = kind.from_parent(item.parent, name=name, originalname=original,
+                           fixtureinfo=getattr(item, "_fixtureinfo", None),
+                           **_callspec(item, run_tag(mode, number, count)))
+    new.own_markers[:] = item.own_markers
+    new.keywords.update(item.keywords)
+    new.extra_keyword_matches.update(item.extra_keyword_matches)
+    if _MARKED in item.stash:
+        new.stash[_MARKED] = item.stash[_MARKED]
+    new.stash[_REPEAT] = RepeatRun(item.nodeid, mode, number, count)
+    return new
+
+
+def _callspec(item: pytest.Item, tag: str) -> dict:
+    """The ``callspec`` argument of a run of ``item``: its own, whose ids also name the run where pytest
+    builds node ids from them (pytest 9.2+), so that ``test_x[repeat-2of3]`` is the run's node id."""
+    callspec = getattr(item, "callspec", None)
+    kind = getattr(_pytest_python, "CallSpec", None) or getattr(_pytest_python, "CallSpec2")
+    if not any(f.name == "_idlist" for f in dataclasses.fields(kind)):
+        return {} if callspec is None else {"callspec": callspec}
+    base = callspec if callspec is not None else kind()
+    return {"callspec": dataclasses.replace(base, _idlist=(*base._idlist, tag))}
+
+
+class _RepeatedTestCaseFunction(_TestCaseFunction):
+    """One run of a unittest test under ``--ct-repeat``: named ``test_x[repeat-2of3]``, it runs ``test_x``."""
+
+    def _getinstance(self):  # pytest's seam: the TestCase instance for this item
+        return self.parent.obj(self.originalname)  # type: ignore[union-attr]
+
+
+@pytest.hookimpl(hookwrapper=True, specname="pytest_runtest_protocol")
+def pytest_runtest_protocol_fresh(item: pytest.Item, nextitem: Optional[pytest.Item]):
+    """Run a ``[fresh-KofN]`` item in a world started for it alone."""
+    run = item.stash.get(_REPEAT, None)
+    cls = _test_class(item) if run is not None and run.mode == "fresh" else None
+    if cls is None:
+        yield
+        return
+    from continuous_test.controller.repeat import fresh_world
+
+    with fresh_world(cls):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True, specname="pytest_runtest_makereport")
+def pytest_runtest_makereport_shard(item: pytest.Item, call: pytest.CallInfo):
+    """Put on the report (which crosses from xdist workers) the repeat run and the world start this test paid for."""
+    outcome = yield
+    report = outcome.get_result()
+    run = item.stash.get(_REPEAT, None)
+    if run is not None:
+        report.ct_repeat = run.as_list()
+    if _MARKED not in item.stash or not _has_world(item):
+        return
+    from continuous_test.controller.world import start_seconds
+
+    cls = _test_class(item)
+    assert cls is not None  # _has_world
+    if call.when == "setup":
+        item.stash[_WORLD_STARTS] = start_seconds(cls)
+    elif call.when == "call":
+        spent = start_seconds(cls) - item.stash.get(_WORLD_STARTS, start_seconds(cls))
+        if spent > 0:
+            report.ct_world_start = [item_world(item), spent]
+
+
+class _Recorder:
+    """Registered in the controller (not in xdist workers): adds up reports, writes durations, prints the repeats."""
+
+    def __init__(self, sharding: _Sharding) -> None:
+        self.sharding = sharding
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Add up each test's time and its world's starts, and tally repeated runs."""
+        sharding = self.sharding
+        run = getattr(report, "ct_repeat", None)
+        if run is not None:
+            from continuous_test.controller.repeat import RepeatRun
+
+            passed = None if report.skipped else (False if report.failed else (True if report.when == "call" else None))
+            sharding.tally.record(RepeatRun(*run), passed)
+            return
+        started = getattr(report, "ct_world_start", None)
+        seconds = report.duration
+        if started is not None:
+            world, spent = started
+            sharding.world_seconds[world] = spent
+            seconds = max(0.0, seconds - spent)
+        sharding.test_seconds[report.nodeid] = sharding.test_seconds.get(report.nodeid, 0.0) + seconds
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """The repeats' summary: per test, passed runs and what its failures follow."""
+        lines = self.sharding.tally.summary()
+        if lines:
+            terminalreporter.section("continuous_test repeats")
+            for line in lines[1:]:
+                terminalreporter.write_line(line)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """An empty shard of a non-empty selection passes; with --ct-store-durations, update the durations
+        file with this run's (other tests' records are kept)."""
+        sharding = self.sharding
+        if sharding.empty_shard and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+            session.exitstatus = pytest.ExitCode.OK  # the other shards run the selection
+        if sharding.store is None or not sharding.test_seconds:
+            return
+        from continuous_test.controller.shard import Durations
+
+        try:
+            stored = Durations.load(sharding.store)
+        except ValueError:  # unreadable: written again from this run alone
+            stored = Durations()
+        stored.update(Durations({k: round(v, 4) for k, v in sharding.test_seconds.items()},
+                                {k: round(v, 4) for k, v in sharding.world_seconds.items()}))
+        stored.save(sharding.store)

@@ -6,6 +6,7 @@ Slurm's default, derived from the job and the step.
 """
 from __future__ import annotations
 
+import re
 import sys
 from typing import Iterator
 
@@ -56,6 +57,24 @@ def test_two_concurrent_steps_of_one_allocation_run_side_by_side(cluster, tmp_pa
     for out in outputs:
         assert unittest_counts(out) == {"ran": 1}, describe(proc) + "\n" + "\n".join(outputs)
         assert "test_a_healthy (__main__.BreaksTheWorld.test_a_healthy) ... ok" in out
+
+
+def test_a_job_array_runs_disjoint_shards_whose_union_is_the_file(cluster, tmp_path):
+    env = {**LIMITS, "NO_FUNCTIONS": "1", "CONTINUOUS_TEST_DURATIONS": str(tmp_path / "none.json")}
+    whole = helpers.python("test_shard.py", "-v", env=env)
+    proc = cluster.client(["timeout", str(STEP_TIMEOUT), "sbatch", "--wait", "--array=0-2", "--time=1",
+                           f"--output={tmp_path}/%a.out", "--wrap", f"{sys.executable} test_shard.py -v"],
+                          helpers.scenario_env(env), STEP_TIMEOUT + 5, cwd=helpers.SCENARIOS)
+    outputs = [(tmp_path / f"{i}.out").read_text() for i in range(3)]
+    assert proc.returncode == 0, describe(proc) + "\n".join(outputs)
+    tests = [re.findall(r"ran (\S+)", out) for out in outputs]
+    assert sorted(sum(tests, [])) == sorted(re.findall(r"ran (\S+)", whole.stdout + whole.stderr)), outputs
+    assert all(tests) and len(sum(tests, [])) == 18, outputs
+    classes = [{name.split(".")[0] for name in part} for part in tests]
+    assert sum(map(len, classes)) == len(set().union(*classes)), classes  # no world in two shards
+    assert all(out.rstrip().endswith("OK") for out in outputs), outputs
+    for i, out in enumerate(outputs):
+        assert f"shard {i + 1}/3 (Slurm job array: SLURM_ARRAY_TASK_ID={i}, SLURM_ARRAY_TASK_MIN=0" in out, out
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ __all__ = [
     "stop_world",
     "stop_all",
     "park_idle_worlds",
+    "start_seconds",
 ]
 
 RESTART_NOTE = "(the world of {n} ranks is restarted before the next test)"
@@ -179,6 +180,7 @@ class World:
         self.dir = tempfile.mkdtemp(prefix=f"world-{self.cls.__name__}-", dir=template.private_dir())
         self._reinit = None
         self.starts += 1
+        began = time.monotonic()
         try:
             self.lease = self._lease()
             self.ranks = start_ranks(self.cls, self.settings, self.dir,
@@ -192,6 +194,8 @@ class World:
             if not isinstance(exc, unittest.SkipTest):  # a skip is the tests' outcome, not a failed start
                 run_log.log().world_started(self, began, self.purpose, failed=f"{type(exc).__name__}: {exc}")
             raise
+        finally:
+            _START_SECONDS[self.cls] = _START_SECONDS.get(self.cls, 0.0) + time.monotonic() - began
         self.state = WorldState.READY
         run_log.log().world_started(self, began, self.purpose)
 
@@ -448,6 +452,14 @@ def _with_details(text: str, tb: Optional[str], rank: int, output: str) -> str:
 # (class, size): a class with several sizes (continuous_test.sizes) has a world per
 # size; None for a class of one size.
 _WORLDS: Dict[Tuple[type, Optional[int]], World] = {}
+# Seconds spent starting the worlds of each class in this process, all starts together
+# (continuous_test.controller.shard charges them to the world, not to the test that started it).
+_START_SECONDS: Dict[type, float] = {}
+
+
+def start_seconds(cls: type) -> float:
+    """Seconds this process spent starting worlds of ``cls`` so far."""
+    return _START_SECONDS.get(cls, 0.0)
 
 
 def world_for(cls: type, settings: config.ClassSettings, size: Optional[int] = None) -> World:

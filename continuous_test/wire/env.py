@@ -39,6 +39,10 @@ __all__ = [
     "ENV_SIMULATE_DEVICES",
     "ENV_DEVICE_WAIT",
     "ENV_DEVICE_DIR",
+    "ENV_SHARD",
+    "ENV_DURATIONS",
+    "ENV_REPEAT",
+    "ENV_REPEAT_FRESH",
     "ENV_LIVE_OUTPUT",
     "ENV_RECORD",
     "ENV_KEEP_OUTPUT",
@@ -76,15 +80,20 @@ ENV_REPORT_HTML = "CONTINUOUS_TEST_REPORT_HTML"
 ENV_SIMULATE_DEVICES = "CONTINUOUS_TEST_SIMULATE_DEVICES"
 ENV_DEVICE_WAIT = "CONTINUOUS_TEST_DEVICE_WAIT"
 ENV_DEVICE_DIR = "CONTINUOUS_TEST_DEVICE_DIR"
+# Sharding and flake hunting (docs/sharding.rst): I/N, the durations file, repeats per test.
+ENV_SHARD = "CONTINUOUS_TEST_SHARD"
+ENV_DURATIONS = "CONTINUOUS_TEST_DURATIONS"
+ENV_REPEAT = "CONTINUOUS_TEST_REPEAT"
 # On/off switches, all read by parse_switch.
 ENV_AHEAD = "CONTINUOUS_TEST_AHEAD"
 ENV_LIVE_OUTPUT = "CONTINUOUS_TEST_LIVE_OUTPUT"
 ENV_RECORD = "CONTINUOUS_TEST_RECORD"
 ENV_TORCH_TESTCASE = "CONTINUOUS_TEST_TORCH_TESTCASE"
 ENV_KEEP_OUTPUT = "CONTINUOUS_TEST_KEEP_OUTPUT"
+ENV_REPEAT_FRESH = "CONTINUOUS_TEST_REPEAT_FRESH"
 # name -> what unset means (None: the harness decides, see continuous_test.case).
 SWITCHES = {ENV_AHEAD: True, ENV_LIVE_OUTPUT: False, ENV_RECORD: True, ENV_TORCH_TESTCASE: None,
-            ENV_KEEP_OUTPUT: False}
+            ENV_KEEP_OUTPUT: False, ENV_REPEAT_FRESH: False}
 
 # Set by the harness for its own processes; never by a user.
 # The controller's measurement, handed to its ranks (continuous_test.rank.coverage), and the

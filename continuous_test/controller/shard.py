@@ -1,0 +1,310 @@
+"""Shards: one of N parts of the selected tests, whole worlds only, balanced on recorded durations.
+
+::
+
+    selected tests ─► world_of(path, class, name) ─► units (one per world) ─► weight of each unit
+         (-k, markers, names)                          (a class; a module's           (recorded test times
+                                                        @distributed functions         + its world start,
+                                                        of one world size)             else estimates)
+                                                              │
+                                      assign(): longest first onto the lightest shard, then moves and swaps
+                                                              ▼
+                                                 shard I of N keeps its units' tests
+
+The unit of a shard is a world (:func:`world_of`): a test class, or the hidden
+class of a module's ``@distributed`` functions of one world size; a plain test
+function is a unit of its own.  A world is never split, so no world starts in two
+shards.  Every process computes the same assignment from the same selection and
+the same durations file: ties are broken by a hash of the world's name, never by
+the order at hand, so xdist workers and the N jobs of a CI matrix agree.
+
+The durations file (``.ct_durations.json``, meant to be committed) is plain JSON::
+
+    {"version": 1,
+     "tests":  {"test/test_x.py::TestAllReduce::test_sum": 0.41, ...},
+     "worlds": {"test/test_x.py::TestAllReduce": 2.3, ...}}
+
+``tests`` holds each test's own time in seconds (its world start taken out),
+``worlds`` the time one start of each world took.  Ids are pytest's node ids
+(relative to pytest's rootdir; under ``run_tests()``, the file relative to the
+current directory, then ``::Class::test``), so one file serves both runners.  A
+test with no record counts as the median recorded test (:data:`DEFAULT_TEST_SECONDS`
+with none), a world as the median recorded start (:data:`DEFAULT_WORLD_SECONDS`).
+
+The shard comes from ``--ct-shard=I/N`` or ``CONTINUOUS_TEST_SHARD=I/N`` (I counts
+from 1); else, inside a Slurm job array, from ``SLURM_ARRAY_TASK_ID``,
+``SLURM_ARRAY_TASK_MIN`` and ``SLURM_ARRAY_TASK_COUNT``.
+
+Touches: the durations file it is given, nothing else.  Stdlib only.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
+
+from continuous_test.errors import ConfigError
+from continuous_test.wire.env import ENV_DURATIONS, ENV_SHARD
+
+__all__ = [
+    "Shard",
+    "Durations",
+    "Unit",
+    "Split",
+    "world_of",
+    "parse_shard",
+    "shard_from_env",
+    "assign",
+    "split",
+    "DEFAULT_DURATIONS_FILE",
+    "DEFAULT_TEST_SECONDS",
+    "DEFAULT_WORLD_SECONDS",
+    "DURATIONS_VERSION",
+    "INVALID_SHARD",
+    "BAD_DURATIONS",
+    "SHARD_LINE",
+]
+
+DEFAULT_DURATIONS_FILE = ".ct_durations.json"
+DURATIONS_VERSION = 1
+DEFAULT_TEST_SECONDS = 0.5
+DEFAULT_WORLD_SECONDS = 2.0
+INVALID_SHARD = (
+    "Invalid shard {value!r} from {source}: expected I/N with 1 <= I <= N (I counts from 1), e.g. 2/4"
+)
+BAD_DURATIONS = "Invalid durations file {path}: {why}; remove it or write it again with --ct-store-durations"
+SHARD_LINE = (
+    "continuous_test: shard {index}/{count} ({source}): {tests} of {total} tests in {units} of {all_units} groups, "
+    "estimated {seconds:.1f} s (shards {low:.1f}-{high:.1f} s)"
+)
+SLURM_ARRAY = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT")
+# Bounds on the improvement after longest-first: each step is quadratic in the units.
+MAX_IMPROVEMENTS = 100
+MAX_SWAP_UNITS = 400
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` (from 1) of ``count``, and where that was said (for messages)."""
+
+    index: int
+    count: int
+    source: str
+
+
+def parse_shard(value: object, source: str) -> Shard:
+    """Validate ``I/N``; a ConfigError naming ``source`` for anything else (0/4, 5/4, x)."""
+    text = str(value).strip()
+    index_text, slash, count_text = text.partition("/")
+    try:
+        index, count = int(index_text), int(count_text)
+    except ValueError:
+        index = count = 0
+    if not slash or not 1 <= index <= count:
+        raise ConfigError(INVALID_SHARD.format(value=value, source=source))
+    return Shard(index, count, source)
+
+
+def shard_from_env(env: Mapping[str, str] = os.environ) -> Optional[Shard]:
+    """The shard of ``CONTINUOUS_TEST_SHARD``, else of a Slurm job array's task, else None."""
+    raw = env.get(ENV_SHARD, "").strip()
+    if raw:
+        return parse_shard(raw, f"{ENV_SHARD} environment variable")
+    if all(env.get(name, "").strip() for name in SLURM_ARRAY):
+        task, low, count = (env[name].strip() for name in SLURM_ARRAY)
+        source = f"Slurm job array: {'='.join((SLURM_ARRAY[0], task))}, {SLURM_ARRAY[1]}={low}, {SLURM_ARRAY[2]}={count}"
+        try:
+            index = int(task) - int(low) + 1
+        except ValueError:
+            raise ConfigError(INVALID_SHARD.format(value=f"{task}-{low}+1/{count}", source=source)) from None
+        return parse_shard(f"{index}/{count}", source)
+    return None
+
+
+def world_of(path: str, cls: Optional[type], name: str, world_size: Optional[int] = None) -> str:
+    """The one answer to "which world does this test belong to", as the world's id.
+
+    ``path`` is the test file (relative, as in node ids), ``cls`` the test's class
+    (a ``@distributed`` function's hidden class, one per module and world size), or
+    None for a plain function, which is a unit of its own; ``world_size`` is for a
+    test whose world size is one of its parameters (each size its own world).
+    """
+    if cls is None:
+        return f"{path}::{name}"
+    world = f"{path}::{cls.__qualname__}"
+    return world if world_size is None else f"{world}[ws{world_size}]"
+
+
+@dataclass
+class Durations:
+    """Recorded seconds: each test's own time and each world's start (see the module docstring)."""
+
+    tests: Dict[str, float] = field(default_factory=dict)
+    worlds: Dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str, missing_ok: bool = True) -> "Durations":
+        """Read ``path``; an empty record when it does not exist (and ``missing_ok``)."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            if missing_ok:
+                return cls()
+            raise ConfigError(BAD_DURATIONS.format(path=path, why="no such file")) from None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(BAD_DURATIONS.format(path=path, why=exc)) from None
+        return cls(_seconds(data, "tests", path), _seconds(data, "worlds", path))
+
+    def save(self, path: str) -> None:
+        """Write the record to ``path`` at once (a temporary file renamed), sorted, so that diffs stay small."""
+        data = {"version": DURATIONS_VERSION, "tests": dict(sorted(self.tests.items())),
+                "worlds": dict(sorted(self.worlds.items()))}
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, temporary = tempfile.mkstemp(prefix=".ct_durations.", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        try:  # a file to commit: the old file's mode, else what the umask gives a new file
+            mode = os.stat(path).st_mode & 0o777
+        except FileNotFoundError:
+            mask = os.umask(0)
+            os.umask(mask)
+            mode = 0o666 & ~mask
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+
+    def update(self, other: "Durations") -> None:
+        """Take ``other``'s records over this one's (a shard's run updates only its own tests)."""
+        self.tests.update(other.tests)
+        self.worlds.update(other.worlds)
+
+    def test_seconds(self, test: str) -> float:
+        """Recorded seconds of ``test``, else the median of the recorded tests."""
+        return self.tests[test] if test in self.tests else _median(self.tests, DEFAULT_TEST_SECONDS)
+
+    def world_seconds(self, world: str) -> float:
+        """Recorded seconds of one start of ``world``, else the median recorded start."""
+        return self.worlds[world] if world in self.worlds else _median(self.worlds, DEFAULT_WORLD_SECONDS)
+
+
+def _seconds(data: object, key: str, path: str) -> Dict[str, float]:
+    if not isinstance(data, dict) or data.get("version") != DURATIONS_VERSION:
+        raise ConfigError(BAD_DURATIONS.format(path=path, why=f"expected an object with \"version\": {DURATIONS_VERSION}"))
+    values = data.get(key, {})
+    if not isinstance(values, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in values.values()):
+        raise ConfigError(BAD_DURATIONS.format(path=path, why=f"{key!r} must map ids to seconds"))
+    return {str(k): float(v) for k, v in values.items()}
+
+
+def _median(values: Dict[str, float], default: float) -> float:
+    return statistics.median(values.values()) if values else default
+
+
+@dataclass
+class Unit(Generic[T]):
+    """One world of the selection: its tests, in the runner's order, and its estimated seconds."""
+
+    world: str
+    tests: List[T]
+    seconds: float
+
+
+@dataclass
+class Split(Generic[T]):
+    """The selection cut into shards: ``shards[i]`` the units of shard i + 1."""
+
+    shards: List[List[Unit[T]]]
+
+    def seconds(self) -> List[float]:
+        """Estimated seconds of each shard."""
+        return [sum(unit.seconds for unit in shard) for shard in self.shards]
+
+    def tests(self, index: int) -> List[T]:
+        """The tests of shard ``index`` (from 1)."""
+        return [test for unit in self.shards[index - 1] for test in unit.tests]
+
+
+def split(tests: Sequence[T], world: Callable[[T], str], test_id: Callable[[T], str], has_world: Callable[[T], bool],
+          count: int, durations: Durations) -> Split[T]:
+    """Group ``tests`` into their worlds, weigh each (tests + one world start where it has ranks) and assign them."""
+    units: Dict[str, Unit[T]] = {}
+    test_default = _median(durations.tests, DEFAULT_TEST_SECONDS)  # once: the estimate of every unknown test
+    world_default = _median(durations.worlds, DEFAULT_WORLD_SECONDS)
+    for test in tests:
+        key = world(test)
+        unit = units.get(key)
+        if unit is None:
+            start = durations.worlds.get(key, world_default) if has_world(test) else 0.0
+            unit = units[key] = Unit(key, [], start)
+        unit.tests.append(test)
+        unit.seconds += durations.tests.get(test_id(test), test_default)
+    placed = assign({key: unit.seconds for key, unit in units.items()}, count)
+    shards: List[List[Unit[T]]] = [[] for _ in range(count)]
+    for key, unit in units.items():  # the runner's order within each shard
+        shards[placed[key]].append(unit)
+    return Split(shards)
+
+
+def _tie(key: str) -> bytes:
+    return hashlib.blake2b(key.encode(), digest_size=8).digest()
+
+
+def assign(weights: Mapping[str, float], count: int, improve: bool = True) -> Dict[str, int]:
+    """Shard (from 0) of each unit: longest first onto the lightest shard, then single moves and swaps
+    that lower the heaviest shard (unless not ``improve``); deterministic (ties broken by a hash of the unit's id)."""
+    loads = [0.0] * count
+    members: List[List[str]] = [[] for _ in range(count)]
+    for key in sorted(weights, key=lambda k: (-weights[k], _tie(k))):
+        lightest = min(range(count), key=lambda i: (loads[i], i))
+        loads[lightest] += weights[key]
+        members[lightest].append(key)
+    swaps = len(weights) <= MAX_SWAP_UNITS
+    for _ in range(MAX_IMPROVEMENTS if improve else 0):
+        if not _improve(weights, loads, members, swaps):
+            break
+    return {key: shard for shard, keys in enumerate(members) for key in keys}
+
+
+def _improve(weights: Mapping[str, float], loads: List[float], members: List[List[str]], swaps: bool) -> bool:
+    """One move or swap out of the heaviest shard that lowers the larger of the two shards it touches."""
+    heavy = max(range(len(loads)), key=lambda i: (loads[i], -i))
+    best: Optional[Tuple[float, int, str, Optional[str]]] = None
+    for other in sorted(range(len(loads)), key=lambda i: (loads[i], i)):
+        if other == heavy:
+            continue
+        gap = loads[heavy] - loads[other]
+        for a in members[heavy]:
+            for b in [None, *(members[other] if swaps else ())]:
+                delta = weights[a] - (weights[b] if b is not None else 0.0)
+                if 1e-9 < delta < gap - 1e-9:
+                    peak = max(loads[heavy] - delta, loads[other] + delta)
+                    if best is None or peak < best[0] - 1e-9:
+                        best = (peak, other, a, b)
+    if best is None:
+        return False
+    _, other, a, b = best
+    heavy_keys, other_keys = members[heavy], members[other]
+    heavy_keys.remove(a)
+    other_keys.append(a)
+    delta = weights[a]
+    if b is not None:
+        other_keys.remove(b)
+        heavy_keys.append(b)
+        delta -= weights[b]
+    loads[heavy] -= delta
+    loads[other] += delta
+    return True
+
+
+def durations_path(option: Optional[str], root: str) -> str:
+    """The durations file: ``option`` (relative to ``root``), else ``CONTINUOUS_TEST_DURATIONS``, else the default in ``root``."""
+    chosen = option or os.environ.get(ENV_DURATIONS, "").strip() or DEFAULT_DURATIONS_FILE
+    return os.path.join(root, os.path.expanduser(chosen))

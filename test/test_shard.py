@@ -1,0 +1,343 @@
+"""Shards (whole worlds, balanced on recorded durations) and repeats, under pytest and unittest.
+
+Units: the assignment, the durations file, the shard settings, the repeat diagnosis.
+Scenarios (test/scenarios/test_shard.py): the union of the shards is the selection,
+no world is in two shards, durations are recorded with the world start apart,
+xdist's loadscope inside a shard, repeats as real items and results.  The Slurm job
+array is in test_slurm.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import sys
+from collections import Counter
+
+import helpers
+import pytest
+from helpers import describe
+
+from continuous_test import config
+from continuous_test.controller import repeat, shard
+from continuous_test.errors import ConfigError
+from continuous_test.wire.env import ENV_DURATIONS, ENV_REPEAT, ENV_REPEAT_FRESH, ENV_SHARD
+
+SCENARIO = "test_shard.py"
+NODE = "test/scenarios/test_shard.py::"
+
+
+# -- settings ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["0/4", "5/4", "x", "", "2/0", "-1/4", "1/4/2"])
+def test_a_bad_shard_names_its_setting(value):
+    with pytest.raises(ConfigError, match=re.escape(f"Invalid shard {value!r} from the --ct-shard option")):
+        shard.parse_shard(value, "the --ct-shard option")
+    with pytest.raises(ConfigError, match=ENV_SHARD):
+        shard.shard_from_env({ENV_SHARD: value or " x"})
+
+
+def test_the_shard_comes_from_the_variable_then_a_slurm_job_array():
+    array = {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "5", "SLURM_ARRAY_TASK_COUNT": "4"}
+    assert shard.shard_from_env({}) is None
+    assert (shard.shard_from_env(array).index, shard.shard_from_env(array).count) == (3, 4)
+    assert shard.shard_from_env({**array, ENV_SHARD: "1/2"}) == shard.Shard(1, 2, f"{ENV_SHARD} environment variable")
+    assert shard.shard_from_env({k: v for k, v in array.items() if k != "SLURM_ARRAY_TASK_MIN"}) is None
+    with pytest.raises(ConfigError, match="Slurm job array"):
+        shard.shard_from_env({**array, "SLURM_ARRAY_TASK_ID": "10"})  # 6/4
+
+
+def test_repeat_settings():
+    assert config.repeat_count({}) == 1 and config.repeat_count({ENV_REPEAT: "3"}) == 3
+    assert not config.repeat_fresh({}) and config.repeat_fresh({ENV_REPEAT_FRESH: "1"})
+    with pytest.raises(ConfigError, match=ENV_REPEAT):
+        config.repeat_count({ENV_REPEAT: "0"})
+
+
+# -- assignment --------------------------------------------------------------------
+
+def skewed(count: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    return {f"test_{i}.py::Class{i}": rng.paretovariate(1.5) for i in range(count)}
+
+
+def test_shards_are_balanced_and_the_same_whatever_the_order_at_hand():
+    weights = skewed(40, 1)
+    placed = shard.assign(weights, 4)
+    loads = [sum(w for k, w in weights.items() if placed[k] == i) for i in range(4)]
+    assert max(loads) <= 1.15 * sum(loads) / 4, loads
+    backwards = dict(reversed(list(weights.items())))
+    assert shard.assign(backwards, 4) == placed
+    assert sorted(placed) == sorted(weights)
+
+
+def test_one_heavy_world_gets_a_shard_of_its_own():
+    weights = {"big": 100.0, **{f"small{i}": 1.0 for i in range(9)}}
+    placed = shard.assign(weights, 3)
+    assert [k for k, i in placed.items() if i == placed["big"]] == ["big"]
+
+
+def test_split_keeps_worlds_whole_and_loses_nothing():
+    tests = [(f"C{i % 7}", f"test_{i}") for i in range(50)]
+    durations = shard.Durations({f"f.py::C1::test_{i}": 5.0 for i in range(50)}, {"f.py::C2": 30.0})
+    cut = shard.split(tests, lambda t: f"f.py::{t[0]}", lambda t: f"f.py::{t[0]}::{t[1]}", lambda t: True, 3, durations)
+    shards = [cut.tests(i) for i in (1, 2, 3)]
+    assert sorted(t for s in shards for t in s) == sorted(tests)
+    owners = {cls: {i for i, s in enumerate(shards) for c, _ in s if c == cls} for cls, _ in tests}
+    assert all(len(found) == 1 for found in owners.values()), owners
+
+
+def test_unknown_tests_count_as_the_median_and_worlds_as_the_median_start():
+    durations = shard.Durations({"a": 1.0, "b": 3.0, "c": 10.0}, {"w1": 2.0, "w2": 4.0})
+    assert durations.test_seconds("new") == 3.0 and durations.world_seconds("new") == 3.0
+    assert shard.Durations().test_seconds("x") == shard.DEFAULT_TEST_SECONDS
+    cut = shard.split(["new1", "new2"], lambda t: "w-new", str, lambda t: True, 2, durations)
+    assert cut.seconds() in ([3.0 + 3.0 + 3.0, 0.0], [0.0, 9.0])
+
+
+def test_the_durations_file_is_plain_json_and_a_bad_one_is_named(tmp_path):
+    path = tmp_path / "d.json"
+    shard.Durations({"t": 1.5}, {"w": 2.0}).save(str(path))
+    assert json.loads(path.read_text()) == {"version": 1, "tests": {"t": 1.5}, "worlds": {"w": 2.0}}
+    assert shard.Durations.load(str(path)).tests == {"t": 1.5}
+    assert path.stat().st_mode & 0o777 == 0o666 & ~current_umask(), "a file to commit, not a private one"
+    assert shard.Durations.load(str(tmp_path / "missing.json")).tests == {}
+    path.write_text('{"version": 1, "tests": {"t": "slow"}}')
+    with pytest.raises(ConfigError, match=f"Invalid durations file {re.escape(str(path))}"):
+        shard.Durations.load(str(path))
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_bare_store_durations_option_never_swallows_a_path():
+    from continuous_test import pytest_plugin
+
+    args = ["--ct-store-durations", "test/", "--ct-shuffle", "-q"]
+    pytest_plugin.pytest_load_initial_conftests(None, None, args)  # type: ignore[arg-type]
+    assert args == ["--ct-store-durations=", "test/", f"--ct-shuffle={pytest_plugin.SHUFFLE_RANDOM}", "-q"]
+
+
+def test_world_of_is_the_class_or_the_function_itself():
+    class Cls:
+        pass
+
+    assert shard.world_of("t.py", Cls, "test_a") == "t.py::" + Cls.__qualname__
+    assert shard.world_of("t.py", None, "test_f") == "t.py::test_f"
+    assert shard.world_of("t.py", Cls, "test_a", world_size=4).endswith("[ws4]")
+
+
+def test_the_balance_benchmark_meets_its_target_and_keeps_worlds_whole(tmp_path):
+    path = tmp_path / "balance.json"
+    proc = helpers.run([sys.executable, str(helpers.ROOT / "benchmarks" / "shard_balance.py"), "--json", str(path)])
+    assert proc.returncode == 0, describe(proc)
+    results = json.loads(path.read_text())
+    for result in [results["project"], *results["generated"].values()]:
+        assert result["slowest_over_mean"] <= 1.15 and result["union_is_selection"], result
+        assert result["worlds_in_two_shards"] == 0
+    assert " met " in proc.stdout and "MISSED" not in proc.stdout, describe(proc)
+
+
+# -- repeat diagnosis ------------------------------------------------------------------
+
+@pytest.mark.parametrize("shared, fresh, said", [
+    ([True] * 3, [True] * 3, repeat.PASSED_ALL),
+    ([False] * 3, [False] * 3, repeat.EVERY_RUN),
+    ([True, False, True], [True] * 3, repeat.FOLLOWS_WORLD),
+    ([False, True, True], [], repeat.FOLLOWS_ORDER_FIRST),
+    ([True, False, False], [], repeat.FOLLOWS_ORDER_LATER),
+    ([True] * 3, [False] * 3, repeat.FOLLOWS_ORDER_FRESH),
+    ([True, False, True], [], "flaky"),
+    ([True, False, True], [True, False, True], "in fresh worlds too"),
+])
+def test_the_diagnosis_says_what_a_failure_follows(shared, fresh, said):
+    counts = repeat.RepeatCounts("t", 3, dict(enumerate(shared, 1)), dict(enumerate(fresh, 1)))
+    assert said in counts.diagnosis()
+
+
+def test_a_run_that_failed_in_any_phase_stays_failed():
+    tally = repeat.RepeatTally()
+    run = repeat.RepeatRun("t", repeat.SHARED, 1, 2)
+    tally.record(run, True)
+    tally.record(run, False)  # its teardown failed
+    tally.record(run, None)
+    tally.record(repeat.RepeatRun("t", repeat.SHARED, 2, 2), True)
+    assert tally.tests["t"].shared == {1: False, 2: True}
+    assert "t: shared world 1/2 passed" in tally.summary()[1]
+
+
+# -- scenarios: pytest --------------------------------------------------------------------
+
+def collected(*args: str, **kwargs) -> list:
+    return collect(*args, **kwargs)[0]
+
+
+def collect(*args: str, **kwargs) -> tuple:
+    proc = helpers.pytest(SCENARIO, "--collect-only", *args, **kwargs)
+    assert proc.returncode == 0, describe(proc)
+    return [line for line in proc.stdout.splitlines() if line.startswith(NODE)], proc
+
+
+def world(node: str) -> str:
+    rest = node[len(NODE):]
+    if "::" in rest:
+        return rest.split("::")[0]
+    return {"test_f1": "world size 1", "test_f2": "world size 2", "test_g2": "world size 2"}.get(rest[:7], rest)
+
+
+def test_pytest_shards_cover_the_selection_once_without_splitting_a_world():
+    selection = collected("-k", "not Plain5")
+    runs = [collect("-k", "not Plain5", f"--ct-shard={i}/3") for i in (1, 2, 3)]
+    shards = [nodes for nodes, _ in runs]
+    everything = [node for part in shards for node in part]
+    assert Counter(everything) == Counter(selection), "a test lost or run twice"
+    assert not any("Plain5" in node for node in everything)
+    proc = runs[0][1]
+    assert re.search(rf"shard 1/3 \(the --ct-shard option\): \d+ of {len(selection)} tests", proc.stdout), \
+        "the shard did not come after -k: " + describe(proc)
+    homes = {world(node): {i for i, part in enumerate(shards) if any(world(n) == world(node) for n in part)}
+             for node in everything}
+    assert all(len(home) == 1 for home in homes.values()), homes
+    assert all(part for part in shards), shards
+
+
+def test_each_world_size_is_a_world_of_its_own():
+    files = ("test_world_sizes.py", "test_world_sizes_functions.py")
+    whole = helpers.pytest(*files, "--collect-only")
+    runs = [helpers.pytest(*files, "--collect-only", f"--ct-shard={i}/2") for i in (1, 2)]
+    nodes = [[line for line in proc.stdout.splitlines() if "::" in line] for proc in [whole, *runs]]
+    assert Counter(nodes[1] + nodes[2]) == Counter(nodes[0]) and len(nodes[0]) == 14, describe(whole)
+    # SizesTest at sizes 1, 2, 3; FreshSizesTest (fresh ranks: one group); the functions at sizes 1, 2, 3.
+    assert "in 4 of 7 groups" in runs[0].stdout + runs[1].stdout, describe(runs[0])
+    size = re.compile(r"\[ws(\d)")
+    homes: dict = {}
+    for index, part in enumerate(nodes[1:]):
+        for node in part:
+            key = (node.split("::")[1] if node.count("::") == 2 else "functions", size.search(node).group(1))
+            homes.setdefault(key, set()).add(index)
+    assert all(len(home) == 1 for key, home in homes.items() if key[0] != "FreshSizesTest"), homes
+
+
+def test_pytest_bad_shard_is_a_usage_error_naming_the_option():
+    proc = helpers.pytest(SCENARIO, "--collect-only", "--ct-shard=5/4")
+    assert proc.returncode == 4 and "Invalid shard '5/4' from the --ct-shard option" in proc.stderr, describe(proc)
+    proc = helpers.pytest(SCENARIO, "--collect-only", env={ENV_SHARD: "x"})
+    assert proc.returncode == 4 and f"from {ENV_SHARD} environment variable" in proc.stderr, describe(proc)
+
+
+def test_an_empty_shard_of_a_non_empty_selection_passes():
+    proc = helpers.pytest(SCENARIO, "-k", "Plain1", "--ct-shard=2/2")
+    assert proc.returncode == 0 and "0 of 3 tests in 0 of 1 groups" in proc.stdout, describe(proc)
+    proc = helpers.pytest(SCENARIO, "-k", "nothing_has_this_name", "--ct-shard=2/2")
+    assert proc.returncode == 5, describe(proc)  # an empty selection still says so
+
+
+def test_stored_durations_put_the_world_start_on_the_world_and_balance_the_next_run(tmp_path):
+    path = tmp_path / "durations.json"
+    proc = helpers.pytest(SCENARIO, "-k", "WorldA or test_f1 or test_f2", f"--ct-store-durations={path}")
+    assert proc.returncode == 0, describe(proc)
+    data = json.loads(path.read_text())
+    assert data["version"] == 1
+    assert set(data["worlds"]) == {NODE + "WorldA", NODE + "_DistributedFunctions_2", NODE + "_DistributedFunctions_1"}
+    assert NODE + "WorldA::test_a1" in data["tests"] and NODE + "test_f2" in data["tests"]
+    # A later run adds to the file, and the shards read it: one heavy class alone in its shard.
+    proc = helpers.pytest(SCENARIO, "-k", "Plain", f"--ct-store-durations={path}")
+    data = json.loads(path.read_text())
+    assert proc.returncode == 0 and NODE + "WorldA::test_a1" in data["tests"], describe(proc)
+    data["tests"][NODE + "Plain1::test_x"] = 1000.0
+    path.write_text(json.dumps(data))
+    first = collected(f"--ct-durations={path}", "--ct-shard=1/2")
+    assert {world(node) for node in first} == {"Plain1"}, first
+
+
+def test_xdist_loadscope_runs_exactly_the_shard(tmp_path):
+    expected = collected("--ct-shard=2/3")
+    stored = tmp_path / "durations.json"
+    proc = helpers.pytest(SCENARIO, "--ct-shard=2/3", "-n", "2", "--dist", "loadscope", "-rA", "-v",
+                          f"--ct-store-durations={stored}")
+    assert proc.returncode == 0, describe(proc)
+    assert "continuous_test: shard 2/3 (the --ct-shard option)" in proc.stdout, describe(proc)  # the header
+    ran = re.findall(r"^PASSED (\S+)$", proc.stdout, re.M)
+    assert sorted("test/scenarios/" + node for node in ran) == sorted(expected), describe(proc)
+    # The workers' reports carry the world starts to the controller, which stores them.
+    data = json.loads(stored.read_text())
+    assert sorted(data["tests"]) == sorted(expected)
+    worlds = {NODE + {"test_f1": "_DistributedFunctions_1"}.get(node[len(NODE):][:7], "_DistributedFunctions_2")
+              if "::" not in node[len(NODE):] else NODE + node[len(NODE):].split("::")[0] for node in expected}
+    assert set(data["worlds"]) == {w for w in worlds if w.endswith(("WorldA", "Flaky", "_2", "_1"))}, data
+
+
+def test_pytest_repeats_are_items_and_the_summary_says_the_world(tmp_path):
+    proc = helpers.pytest(SCENARIO, "-k", "Flaky or test_a1", "--ct-repeat=3", "--ct-repeat-fresh", "--ct-bisect=off",
+                          "-rA", env={"FLAKY_SECOND_IN_WORLD": "1"})
+    assert proc.returncode == 1, describe(proc)
+    assert "FAILED test_shard.py::Flaky::test_flaky[repeat-2of3]" in proc.stdout, describe(proc)
+    assert "PASSED test_shard.py::Flaky::test_flaky[fresh-3of3]" in proc.stdout
+    assert "PASSED test_shard.py::WorldA::test_a1[repeat-3of3]" in proc.stdout
+    assert helpers.pytest_counts(proc.stdout) == {"passed": 11, "failed": 1, "deselected": 20}, describe(proc)
+    line = f"{NODE}Flaky::test_flaky: shared world 2/3 passed, fresh worlds 3/3 passed: {repeat.FOLLOWS_WORLD}"
+    assert line in proc.stdout, describe(proc)
+    assert f"{NODE}WorldA::test_a1: shared world 3/3 passed, fresh worlds 3/3 passed" in proc.stdout
+
+
+def test_pytest_repeats_say_when_a_failure_follows_the_order(tmp_path):
+    proc = helpers.pytest(SCENARIO, "-k", "Flaky or test_g2", "--ct-repeat=3", "--ct-bisect=off",
+                          env={"FLAKY_RUNS": "1", "FLAKY_DIR": str(tmp_path)})
+    assert proc.returncode == 1, describe(proc)
+    assert f"{NODE}Flaky::test_flaky: shared world 2/3 passed: {repeat.FOLLOWS_ORDER_FIRST}" in proc.stdout
+    assert f"{NODE}test_g2[2]: shared world 3/3 passed" in proc.stdout, describe(proc)
+
+
+# -- scenarios: unittest ------------------------------------------------------------------
+
+def ran(proc) -> list:
+    return re.findall(r"ran (\S+)", proc.stdout + proc.stderr)
+
+
+def test_run_tests_shards_cover_the_file_once(tmp_path):
+    env = {"NO_FUNCTIONS": "1", ENV_DURATIONS: str(tmp_path / "none.json")}
+    whole = ran(helpers.python(SCENARIO, env=env))
+    parts = [helpers.python(SCENARIO, env={**env, ENV_SHARD: f"{i}/2"}) for i in (1, 2)]
+    assert all(p.returncode == 0 for p in parts), describe(parts[0])
+    assert Counter(name for p in parts for name in ran(p)) == Counter(whole) and len(whole) == 18
+    classes = [{name.split(".")[0] for name in ran(p)} for p in parts]
+    assert sum(len(c) for c in classes) == len(set().union(*classes)), classes
+    assert "shard 2/2 (CONTINUOUS_TEST_SHARD environment variable)" in parts[1].stderr
+    unittest_main = helpers.run([sys.executable, "-m", "unittest", "test_shard"], env={**env, ENV_SHARD: "2/2"})
+    assert sorted(ran(unittest_main)) == sorted(ran(parts[1])), describe(unittest_main)
+
+
+def test_run_tests_bad_shard_is_a_usage_error():
+    proc = helpers.python(SCENARIO, env={"NO_FUNCTIONS": "1", ENV_SHARD: "0/4"})
+    assert proc.returncode == 2, describe(proc)
+    assert f"Invalid shard '0/4' from {ENV_SHARD} environment variable" in proc.stderr
+
+
+def test_run_tests_repeats_are_results_with_a_summary(tmp_path):
+    proc = helpers.python(SCENARIO, "-v", "Flaky", "WorldA.test_a2",
+                          env={"NO_FUNCTIONS": "1", ENV_REPEAT: "3", "FLAKY_RUNS": "1", "FLAKY_DIR": str(tmp_path),
+                               "CONTINUOUS_TEST_BISECT": "off"})
+    assert proc.returncode == 1, describe(proc)
+    assert helpers.unittest_counts(proc.stderr) == {"ran": 6, "failures": 1}, describe(proc)
+    assert re.search(r"test_flaky \(__main__.Flaky.test_flaky\)\nrepeat-1of3 \.\.\. (.*\n)?FAIL", proc.stderr), describe(proc)
+    assert "Flaky::test_flaky: shared world 2/3 passed: " + repeat.FOLLOWS_ORDER_FIRST in proc.stderr
+    assert "WorldA::test_a2: shared world 3/3 passed" in proc.stderr
+
+
+
+def test_run_tests_fresh_repeats_tell_the_world_apart():
+    proc = helpers.python(SCENARIO, "-v", "Flaky", env={"NO_FUNCTIONS": "1", ENV_REPEAT: "2", ENV_REPEAT_FRESH: "1",
+                                                        "FLAKY_SECOND_IN_WORLD": "1", "CONTINUOUS_TEST_BISECT": "off"})
+    assert proc.returncode == 1, describe(proc)
+    assert helpers.unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
+    assert re.search(r"repeat-2of2 \.\.\. (.*\n)?FAIL", proc.stderr), describe(proc)
+    assert re.search(r"fresh-2of2 \.\.\. (.*\n)?ok", proc.stderr), describe(proc)
+    assert "Flaky::test_flaky: shared world 1/2 passed, fresh worlds 2/2 passed: follows the" in proc.stderr
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
