@@ -594,6 +594,11 @@ def _add_properties(item: pytest.Item) -> None:
 
     have = {name for name, _ in item.user_properties}
     item.user_properties.extend(p for p in run_log.log().properties(item.nodeid) if p[0] not in have)
+    run = item.stash.get(_REPEAT, None)
+    if run is not None and "repeat" not in have:  # --ct-repeat: which run this is (the counts: the JSON report)
+        from continuous_test.controller.repeat import run_tag
+
+        item.user_properties.append(("repeat", run_tag(run.mode, run.number, run.count)))
 
 
 def _note_outcome(item: pytest.Item, when: str, report: pytest.TestReport) -> None:
@@ -635,7 +640,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     from continuous_test.runner import write_reports
 
     parts: list = config.stash.get(_PARTS, [])
-    write_reports(json_path, html_path, parts)
+    sharding = config.stash.get(_SHARDING, None)
+    write_reports(json_path, html_path, parts, sharding.repeat_counts() if sharding is not None else {})
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -766,6 +772,18 @@ class _Sharding:
         from continuous_test.controller.repeat import RepeatTally
 
         self.tally = RepeatTally()
+        # node id of each repeated run -> the test it repeats (the run report's repeat counts).
+        self.repeated: dict = {}
+
+    def repeat_counts(self) -> dict:
+        """node id of each repeated run -> {"runs": n, "passed": k} of its test, all its runs together."""
+        found = {}
+        for node, test in self.repeated.items():
+            counts = self.tally.tests.get(test)
+            if counts is not None:
+                runs = [*counts.shared.values(), *counts.fresh.values()]
+                found[node] = {"runs": len(runs), "passed": sum(1 for ok in runs if ok)}
+        return found
 
 
 _SHARDING = pytest.StashKey[_Sharding]()
@@ -974,6 +992,7 @@ class _Recorder:
 
             passed = None if report.skipped else (False if report.failed else (True if report.when == "call" else None))
             sharding.tally.record(RepeatRun(*run), passed)
+            sharding.repeated[report.nodeid] = run[0]
             return
         started = getattr(report, "ct_world_start", None)
         seconds = report.duration

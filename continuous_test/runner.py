@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import unittest
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from continuous_test import config
 from continuous_test._role import rank_class_of
@@ -158,8 +158,11 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     sys.exit(0 if program.result.wasSuccessful() else 1)
 
 
-def write_reports(json_path: Optional[str], html_path: Optional[str], parts: Sequence[dict] = ()) -> None:
+def write_reports(json_path: Optional[str], html_path: Optional[str], parts: Sequence[dict] = (),
+                  repeats: Optional[Dict[str, dict]] = None) -> None:
     """Write this process's run report (merged with ``parts``, xdist's workers') as JSON and/or HTML.
+
+    ``repeats`` gives each repeated run's test counts (test id -> ``{"runs", "passed"}``, ``--ct-repeat``).
 
     Called at the end of a run by ``run_tests()`` (``CONTINUOUS_TEST_REPORT``,
     ``CONTINUOUS_TEST_REPORT_HTML``) and by the pytest plugin (``--ct-report``,
@@ -170,6 +173,9 @@ def write_reports(json_path: Optional[str], html_path: Optional[str], parts: Seq
     from continuous_test.controller import run_log
 
     report = run_log.merge([run_log.log().as_dict(), *parts])
+    for test in report["tests"]:
+        if (repeats or {}).get(test["id"]) is not None:
+            test["repeat"] = (repeats or {})[test["id"]]
     if json_path:
         run_log.write(report, json_path)
     if html_path:

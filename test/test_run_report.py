@@ -255,3 +255,17 @@ def test_chromium_draws_the_page(unittest_run, tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-p", "no:cacheprovider", *sys.argv[1:]]))
+
+
+def test_repeat_counts_reach_the_report_and_each_run_is_a_junit_property(tmp_path):
+    # --ct-repeat (controller/repeat.py) fills each run's "repeat" in the JSON; JUnit names the run.
+    report, junit = tmp_path / "run.json", tmp_path / "junit.xml"
+    proc = helpers.pytest("test_world_sizes.py", "-k", "all_reduce and ws2", "--ct-repeat=3", f"--ct-report={report}",
+                          f"--junitxml={junit}")
+    assert pytest_counts(proc.stdout) == {"passed": 3, "deselected": 7}, describe(proc)
+    found = json.loads(report.read_text())
+    assert_valid(found)
+    repeats = [t["repeat"] for t in found["tests"]]
+    assert repeats == [{"runs": 3, "passed": 3}] * 3, found["tests"]
+    runs = sorted(p.get("value") for p in ET.parse(junit).getroot().iter("property") if p.get("name") == "repeat")
+    assert runs == ["repeat-1of3", "repeat-2of3", "repeat-3of3"], runs
