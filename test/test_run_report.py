@@ -262,7 +262,7 @@ def test_repeat_counts_reach_the_report_and_each_run_is_a_junit_property(tmp_pat
     report, junit = tmp_path / "run.json", tmp_path / "junit.xml"
     proc = helpers.pytest("test_world_sizes.py", "-k", "all_reduce and ws2", "--ct-repeat=3", f"--ct-report={report}",
                           f"--junitxml={junit}")
-    assert pytest_counts(proc.stdout) == {"passed": 3, "deselected": 7}, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 3, "deselected": 9}, describe(proc)
     found = json.loads(report.read_text())
     assert_valid(found)
     repeats = [t["repeat"] for t in found["tests"]]

@@ -210,9 +210,11 @@ def test_each_world_size_is_a_world_of_its_own():
     whole = helpers.pytest(*files, "--collect-only")
     runs = [helpers.pytest(*files, "--collect-only", f"--ct-shard={i}/2") for i in (1, 2)]
     nodes = [[line for line in proc.stdout.splitlines() if "::" in line] for proc in [whole, *runs]]
-    assert Counter(nodes[1] + nodes[2]) == Counter(nodes[0]) and len(nodes[0]) == 14, describe(whole)
-    # SizesTest at sizes 1, 2, 3; FreshSizesTest (fresh ranks: one group); the functions at sizes 1, 2, 3.
-    assert "in 4 of 7 groups" in runs[0].stdout + runs[1].stdout, describe(runs[0])
+    assert Counter(nodes[1] + nodes[2]) == Counter(nodes[0]) and len(nodes[0]) == 16, describe(whole)
+    # SizesTest at sizes 1, 2, 3, 4; FreshSizesTest (fresh ranks: one group); the functions at sizes 1, 2, 3.
+    groups = [re.search(r"in (\d+) of (\d+) groups", proc.stdout) for proc in runs]
+    assert all(groups) and {g.group(2) for g in groups} == {"8"}, describe(runs[0])  # type: ignore[union-attr]
+    assert sum(int(g.group(1)) for g in groups) == 8, describe(runs[0])  # type: ignore[union-attr]
     size = re.compile(r"\[ws(\d)")
     homes: dict = {}
     for index, part in enumerate(nodes[1:]):

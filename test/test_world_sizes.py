@@ -13,8 +13,8 @@ from continuous_test import sizes
 from continuous_test.errors import ConfigError
 
 SCENARIO = "test_world_sizes.py"
-SIZED_IDS = [f"SizesTest::test_all_reduce[ws{n}]" for n in (1, 2, 3)] + \
-    [f"SizesTest::test_rank_below_size[ws{n}]" for n in (1, 2, 3)] + \
+SIZED_IDS = [f"SizesTest::test_all_reduce[ws{n}]" for n in (1, 2, 3, 4)] + \
+    [f"SizesTest::test_rank_below_size[ws{n}]" for n in (1, 2, 3, 4)] + \
     ["FreshSizesTest::test_fresh[ws1]", "FreshSizesTest::test_fresh[ws2]"]
 
 
@@ -29,11 +29,11 @@ def _worlds(log) -> dict:
 
 def _one_world_per_size(log, class_tests=("SizesTest.test_all_reduce", "SizesTest.test_rank_below_size")) -> None:
     found = _worlds(log)
-    assert sorted(found[class_tests[0]]) == [1, 2, 3], dict(found)
-    for size in (1, 2, 3):
+    assert sorted(found[class_tests[0]]) == [1, 2, 3, 4], dict(found)
+    for size in (1, 2, 3, 4):
         pids = set().union(*(found[test][size] for test in class_tests))
         assert len(pids) == 1, (size, dict(found))  # both tests of one size: one world
-    assert len({next(iter(found[class_tests[0]][size])) for size in (1, 2, 3)}) == 3  # a world per size
+    assert len({next(iter(found[class_tests[0]][size])) for size in (1, 2, 3, 4)}) == 4  # a world per size
 
 
 @pytest.mark.parametrize("runner", ["python", "pytest", "xdist"])
@@ -42,14 +42,14 @@ def test_each_test_runs_once_per_size_in_one_world_per_size(runner, tmp_path):
     env = {"WS_LOG": str(log)}
     if runner == "python":
         proc = helpers.python(SCENARIO, "-v", env=env)
-        assert unittest_counts(proc.stderr) == {"ran": 8}, describe(proc)
+        assert unittest_counts(proc.stderr) == {"ran": 10}, describe(proc)
         for name in ("test_all_reduce[ws3] (__main__.SizesTest.test_all_reduce[ws3]) ... ok",
                      "test_fresh[ws2] (__main__.FreshSizesTest.test_fresh[ws2]) ... ok"):
             assert name in proc.stderr, describe(proc)
     else:
         extra = ["-n", "2", "--dist", "loadscope"] if runner == "xdist" else []
         proc = helpers.pytest(SCENARIO, "-vv", *extra, env=env)
-        assert pytest_counts(proc.stdout) == {"passed": 8}, describe(proc)
+        assert pytest_counts(proc.stdout) == {"passed": 10}, describe(proc)
         for test_id in SIZED_IDS:
             assert re.search(rf"(PASSED.*{re.escape(SCENARIO)}::{re.escape(test_id)}|"
                              rf"{re.escape(SCENARIO)}::{re.escape(test_id)} PASSED)", proc.stdout), (test_id, describe(proc))
@@ -58,7 +58,7 @@ def test_each_test_runs_once_per_size_in_one_world_per_size(runner, tmp_path):
 
 def test_k_selects_one_size():
     proc = helpers.pytest(SCENARIO, "-k", "ws3")
-    assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 6}, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 8}, describe(proc)
     proc = helpers.python(SCENARIO, "-v", "-k", "ws2")
     assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
 
@@ -93,7 +93,7 @@ def test_bisect_looks_only_at_predecessors_of_the_same_size():
 def test_under_a_launcher_the_other_sizes_skip_with_the_reason():
     proc = helpers.torchrun(SCENARIO, 2, "-v")
     assert proc.returncode == 0, describe(proc)
-    assert unittest_counts(proc.stderr) == {"ran": 8, "skipped": 4}, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 10, "skipped": 6}, describe(proc)
     assert "test_all_reduce[ws3] (__main__.SizesTest.test_all_reduce[ws3]) ... skipped 'SizesTest needs " \
         "world_size=3 but the launcher started WORLD_SIZE=2 ranks" in proc.stderr, describe(proc)
     assert "test_all_reduce[ws2] (__main__.SizesTest.test_all_reduce[ws2]) ... ok" in proc.stderr

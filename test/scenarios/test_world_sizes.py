@@ -1,4 +1,4 @@
-"""Classes at several world sizes (world_size = [1, 2, 3])."""
+"""Classes at several world sizes (world_size = [1, 2, 3, 4])."""
 import os
 
 import torch
@@ -16,7 +16,7 @@ def note(what):
 
 
 class SizesTest(MultiProcContinuousTest):
-    world_size = [1, 2, 3]
+    world_size = [1, 2, 3, 4]
 
     def test_all_reduce(self):
         t = torch.ones(1)
