@@ -57,6 +57,13 @@ TIMELINE_WAIT = 2.0
 BACKSTOP_MARGIN = 5.0
 
 
+def _say(text: str) -> None:
+    """Write ``text`` and its newline to stderr in one write: ranks share the launcher's terminal, and a
+    stream that writes through (``PYTHONUNBUFFERED``) would let another rank's line in between."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
 class TimeLimit:
     """Context manager: if the test outlives ``limit``, report (see the module docstring) and exit."""
 
@@ -111,10 +118,10 @@ class TimeLimit:
 
     def _stuck_after_skip(self, skipper: int, reason: str) -> None:
         rank = self.launch.rank
-        print(STUCK_AFTER_SKIP.format(test=self.test, skipper=skipper, rank=rank, grace=self.grace, reason=reason,
-                                      code=EXIT_TIME_LIMIT), file=sys.stderr, flush=True)
+        _say(STUCK_AFTER_SKIP.format(test=self.test, skipper=skipper, rank=rank, grace=self.grace, reason=reason,
+                                     code=EXIT_TIME_LIMIT))
         stacks = format_stacks()
-        print(stacks, file=sys.stderr, flush=True)
+        _say(stacks)
         try:
             run = self._own_client()
             store = _prefix(self.key, run)
@@ -123,20 +130,19 @@ class TimeLimit:
                 run.set_timeout(timedelta(seconds=self.report_wait))
                 run.wait(["reported"])
         except Exception as exc:  # best effort: exiting is what matters now
-            print(f"continuous_test: rank {rank}: {exc}", file=sys.stderr, flush=True)
+            _say(f"continuous_test: rank {rank}: {exc}")
         finally:
             sys.stderr.flush()
             os._exit(EXIT_TIME_LIMIT)
 
     def _expired(self) -> None:
         rank = self.launch.rank
-        print(TIME_LIMIT_EXCEEDED.format(test=self.test, limit=self.limit, rank=rank, code=EXIT_TIME_LIMIT),
-              file=sys.stderr, flush=True)
+        _say(TIME_LIMIT_EXCEEDED.format(test=self.test, limit=self.limit, rank=rank, code=EXIT_TIME_LIMIT))
         stacks = format_stacks()
         # Rank 0 prints every rank's stacks, labelled (its own now, its peers' from their
         # published faults); another rank's reach rank 0's report through the store.
         if rank == 0:
-            print(f"rank 0 stacks ({FaultKind.TIMED_OUT.words}):\n{indent(stacks)}", file=sys.stderr, flush=True)
+            _say(f"rank 0 stacks ({FaultKind.TIMED_OUT.words}):\n{indent(stacks)}")
         try:
             import torch.distributed as dist
 
@@ -150,17 +156,17 @@ class TimeLimit:
             if rank == 0:
                 _print_peer_errors(store, self.launch, self.test, self.grace)
             if own is not None and rank == 0:  # the other ranks' records reach rank 0, which prints it once
-                print(_peers_timeline(store, self.launch, own), file=sys.stderr, flush=True)
+                _say(_peers_timeline(store, self.launch, own))
             store.set(str(rank), pickle.dumps(RankFault(rank, FaultKind.TIMED_OUT, stacks=stacks)))  # type: ignore[arg-type]
             if rank != 0:  # give rank 0 the time to print its report, which holds this timeout
                 run.set_timeout(timedelta(seconds=self.report_wait))
                 run.wait(["reported"])
             else:  # the report of the launch: every rank's stacks, then a summary, then the peers may go
                 _print_peer_stacks(store, self.launch, self.grace)
-                print(_summary(self.key, self.test), file=sys.stderr, flush=True)
+                _say(_summary(self.key, self.test))
                 run.set("reported", "1")
         except Exception as exc:  # best effort: exiting is what matters now
-            print(f"continuous_test: rank {rank}: {exc}", file=sys.stderr, flush=True)
+            _say(f"continuous_test: rank {rank}: {exc}")
         finally:
             sys.stderr.flush()
             os._exit(EXIT_TIME_LIMIT)
@@ -208,10 +214,10 @@ def _print_peer_stacks(store: Any, launch: Launch, grace: float) -> None:
         try:
             value = pickle.loads(store.get(str(rank)))
         except Exception:
-            print(f"rank {rank} stacks: none published within {grace:g} s", file=sys.stderr, flush=True)
+            _say(f"rank {rank} stacks: none published within {grace:g} s")
             continue
         if isinstance(value, RankFault) and value.stacks:
-            print(f"rank {rank} stacks ({value.kind.words}):\n{indent(value.stacks)}", file=sys.stderr, flush=True)
+            _say(f"rank {rank} stacks ({value.kind.words}):\n{indent(value.stacks)}")
 
 
 # When this launched process started: the summary's "Ran N tests in S".
@@ -238,11 +244,11 @@ def _print_peer_errors(store, launch: Launch, test: str, grace: float) -> None:
         try:
             value = pickle.loads(store.get(str(rank)))
         except Exception:
-            print(PEER_MISSING.format(rank=rank, test=test), file=sys.stderr, flush=True)
+            _say(PEER_MISSING.format(rank=rank, test=test))
             continue
         if isinstance(value, RankOutcome) and value.has_failure():
             error = "\n".join(rec.traceback.rstrip() for event in value.events for rec in event.errors)
-            print(PEER_ERROR.format(rank=rank, test=test, me=launch.rank, error=error), file=sys.stderr, flush=True)
+            _say(PEER_ERROR.format(rank=rank, test=test, me=launch.rank, error=error))
 
 
 def _prefix(key: str, store: Any) -> Any:
