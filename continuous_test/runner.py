@@ -174,8 +174,7 @@ def write_reports(json_path: Optional[str], html_path: Optional[str], parts: Seq
 
     report = run_log.merge([run_log.log().as_dict(), *parts])
     for test in report["tests"]:
-        if (repeats or {}).get(test["id"]) is not None:
-            test["repeat"] = (repeats or {})[test["id"]]
+        test["repeat"] = (repeats or {}).get(test["id"], test["repeat"])
     if json_path:
         run_log.write(report, json_path)
     if html_path:

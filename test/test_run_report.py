@@ -165,19 +165,6 @@ def test_a_world_that_fails_to_start_is_marked(tmp_path):
     assert 'class="marker start failed"' in (tmp_path / "r.html").read_text()
 
 
-def test_repeat_counts_are_a_property_and_in_the_report():
-    # --ct-repeat (built elsewhere) records its counts through RunLog.repeated.
-    log = run_log.RunLog()
-    log.begin("t.py::T::test_x")
-    log.end("t.py::T::test_x", "failed")
-    log.repeated("t.py::T::test_x", 5, 3)
-    assert ("repeat_runs", "5") in log.properties("t.py::T::test_x")
-    assert ("repeat_passed", "3") in log.properties("t.py::T::test_x")
-    report = run_log.merge([log.as_dict()])
-    assert_valid(report)
-    assert report["tests"][0]["repeat"] == {"runs": 5, "passed": 3}
-
-
 def test_a_run_without_ranks_has_tests_and_no_worlds(tmp_path):
     test_file = tmp_path / "test_plain.py"
     test_file.write_text("def test_one():\n    pass\n\ndef test_two():\n    assert False\n")

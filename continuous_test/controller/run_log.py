@@ -95,8 +95,6 @@ class _Test:
     failing_ranks: List[int] = field(default_factory=list)
     diagnosis: Optional[dict] = None
     leaks: List[dict] = field(default_factory=list)
-    # Filled by --ct-repeat: {"runs": n, "passed": k}; None when the test ran once.
-    repeat: Optional[dict] = None
 
     def as_dict(self, seed: Optional[int]) -> dict:
         end = self.end if self.end is not None else self.start
@@ -105,7 +103,9 @@ class _Test:
                 "seconds": round(end - self.start, 6), "world": self.world, "world_start": self.world_start,
                 "world_restarts": max(0, (self.world_start or 1) - 1), "restarts_world": self.restarts_world,
                 "failing_ranks": self.failing_ranks, "diagnosis": self.diagnosis, "leaks": self.leaks,
-                "leaks_restored": restored, "shuffle_seed": seed, "repeat": self.repeat}
+                "leaks_restored": restored, "shuffle_seed": seed,
+                # A --ct-repeat run's test counts, known only at the end: runner.write_reports fills them in.
+                "repeat": None}
 
 
 class RunLog:
@@ -137,12 +137,6 @@ class RunLog:
         if test is not None:
             test.end, test.outcome = time.time(), outcome
         self._current = None
-
-    def repeated(self, test_id: str, runs: int, passed: int) -> None:
-        """``--ct-repeat``: ``test_id`` ran ``runs`` times and passed ``passed`` of them (the report's ``repeat``)."""
-        test = self.tests.get(test_id)
-        if test is not None:
-            test.repeat = {"runs": runs, "passed": passed}
 
     # -- worlds ----------------------------------------------------------------------
 
@@ -279,9 +273,6 @@ class RunLog:
             found.append(("world_restarts", str(entry["world_restarts"])))
             if entry["restarts_world"]:
                 found.append(("restarts_world", "true"))
-        if entry["repeat"]:
-            found.append(("repeat_runs", str(entry["repeat"].get("runs"))))
-            found.append(("repeat_passed", str(entry["repeat"].get("passed"))))
         return found
 
 
