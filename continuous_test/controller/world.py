@@ -204,9 +204,10 @@ class World:
         import unittest
 
         s, cls = self.settings, self.cls
-        methods = unittest.defaultTestLoader.getTestCaseNames(cls)
+        # The class's tests are listed only where there is a pool to lease from (not on a CPU-only host).
         return devices.lease_for(
-            s.device_type, lambda size: devices.class_need(cls, s.world_size, s.device_type, s.backend, methods, size),
+            s.device_type, lambda size: devices.class_need(cls, s.world_size, s.device_type, s.backend,
+                                                           unittest.defaultTestLoader.getTestCaseNames(cls), size),
             f"{cls.__qualname__} (world of {s.world_size})", make_room=lambda: park_idle_worlds(self))
 
     def park(self) -> None:
