@@ -99,6 +99,33 @@ def test_functions_stay_torchs_objects_with_torchs_signature_source_and_pickle(r
     assert recorder.HOOK not in vars(c10d) and recorder.HOOK not in dist.isend.__code__.co_names
 
 
+def test_dynamo_sees_torchs_graph_breaks_and_the_eager_call_after_one_is_recorded(ring):
+    # Code torch.compile runs eagerly after a graph break passes each new frame to
+    # dynamo: the recorder's frames must be run as torch's own are, not traced (they
+    # added a graph break per call, which a test counting breaks would see).
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    def compiled_breaks():
+        torch._dynamo.reset()
+        counters.clear()
+
+        def fn(t):
+            dist.broadcast(t, 0)  # not traceable: torch's own graph break
+            return t * 2
+
+        assert torch.compile(fn, backend="eager")(torch.ones(2)).tolist() == [2.0, 2.0]
+        return sum(counters["graph_break"].values())
+
+    compiled_breaks()  # a first compile warms dynamo up: the two compared below are alike
+    recorder.begin_test(Case())
+    recorded = compiled_breaks()
+    calls = records.read_file(ring).calls
+    recorder._restore()
+    assert recorded == compiled_breaks() >= 1
+    assert [call.describe()[:26] for call in calls] == ["broadcast #1 [float32(2)] "]  # the eager call after the break
+
+
 def test_environment_turns_patching_off(monkeypatch):
     monkeypatch.setenv(recorder.ENV_RECORD, "0")
     code = dist.all_reduce.__wrapped__.__code__

@@ -190,6 +190,7 @@ def instrument(target: Callable, make_op: Callable[[Callable], "_Op"]) -> Option
         return None
     global _compiling
     _compiling = _compiling_check()
+    _skipped_by_dynamo()
     _hooks.append((copy, make_op(copy)))
     target.__globals__[HOOK] = _call
     _by_function[target] = target.__code__
@@ -317,6 +318,44 @@ def _compiling_check() -> Callable[[], bool]:
 
     check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
     return check if check is not None else (lambda: False)
+
+
+def _skipped_by_dynamo() -> None:
+    """Make dynamo run this module's frames without tracing them, as it runs torch's collectives' frames.
+
+    Code that torch.compile runs eagerly after a graph break still passes each new
+    Python frame to dynamo, which skips torch's ``distributed_c10d`` by its file but
+    would trace :func:`_call` and the recording it does: more graph breaks per call
+    than torch's, seen by a test that counts frames or graph breaks.  Each code
+    object of this module is marked in torch's C extension (its per-code execution
+    strategy: run this frame as it is; frames it calls, such as torch's original,
+    are judged as usual), which costs no import of dynamo.  Where torch has no such
+    call, nothing is marked.
+    """
+    try:
+        from torch._C._dynamo import eval_frame
+    except ImportError:
+        return
+    try:
+        strategy = eval_frame._FrameExecStrategy(eval_frame._FrameAction.SKIP, eval_frame._FrameAction.DEFAULT)
+        for code in _own_code():
+            eval_frame.set_code_exec_strategy(code, strategy)
+    except (AttributeError, TypeError, RuntimeError):
+        return
+
+
+def _own_code() -> List[types.CodeType]:
+    """Every code object defined in this module: its functions, its classes' methods and their nested functions."""
+    found: List[types.CodeType] = []
+    pending = [fn.__code__ for value in list(globals().values())
+               for fn in ([value] if isinstance(value, types.FunctionType) else
+                          vars(value).values() if isinstance(value, type) else [])
+               if isinstance(fn, types.FunctionType) and fn.__module__ == __name__]
+    while pending:
+        code = pending.pop()
+        found.append(code)
+        pending.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return found
 
 
 def open_ring(path: Optional[str], rank: int, capacity: int = DEFAULT_CAPACITY) -> None:
