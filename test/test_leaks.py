@@ -389,5 +389,16 @@ def test_a_daemon_thread_the_test_left_is_a_leak_and_a_librarys_pool_is_kept():
     assert "fakelib-pool" not in proc.stderr, describe(proc)
 
 
+
+def test_fail_policy_fails_the_test_that_left_a_daemon_thread_and_not_a_librarys_pool():
+    proc = helpers.python("test_leak_rules.py", "-v", "DaemonTest", env={**LEAK_RULES, config.ENV_LEAKS: "fail"})
+    assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
+    assert "FAIL: test_a_leaves_a_daemon_thread" in proc.stderr, describe(proc)
+    assert re.search(r"left threads the test started changed: none running \u2192 'ends-the-rank' \(daemon, "
+                     r"started at test_leak_rules.py:\d+\) still running", proc.stderr), describe(proc)
+    assert verdict_leaks.FAILED_BY_POLICY in proc.stderr, describe(proc)
+    assert "exit code 7" not in proc.stderr, describe(proc)  # the world was restarted before test_b
+    assert proc.stderr.count("POOL_KEPT True") == 2, describe(proc)  # the library's pool: no failure, no restart
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
