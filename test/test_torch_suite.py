@@ -8,13 +8,18 @@ that script recorded them (``benchmarks/results/torch_suite_verdicts.json``).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
+
+import helpers
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch_suite  # noqa: E402
+
+ALL_RESULTS = torch_suite.RESULTS / "torch_suite_all.json"  # both engines' verdicts on all 285 tests, as recorded
 
 
 def test_the_ci_subset_keeps_torchs_verdicts():
@@ -28,3 +33,16 @@ def test_the_ci_subset_keeps_torchs_verdicts():
     assert not differ, f"(torch's verdict, ours) where they differ: {differ}; ours said: " + str(
         {name: run.messages.get(name) for name in differ})
     assert list(ours.values()).count("passed") >= 20  # a run where every test skipped cannot match
+
+
+def test_python_file_v_with_k_patterns_prints_torchs_names_and_verdicts():
+    # The glue runs as torch's spawn file does: python FILE -v -k PATTERN ..., unittest's
+    # verbose lines with torch's test names; each verdict is the one torch's runner recorded.
+    recorded = json.loads(ALL_RESULTS.read_text())["runs"]["torch"]["tests"]
+    proc = helpers.run([sys.executable, str(torch_suite.SUITE), "-v", "-k", "test_all_reduce_sum", "-k", "test_get_backend"],
+                       cwd=ROOT, env={"BACKEND": "gloo", "WORLD_SIZE": "3"})
+    lines = re.findall(r"^(test_\w+) \(__main__\.TestDistBackendWithSpawn\.\1\) \.\.\. (ok|skipped)", proc.stderr, re.M)
+    expected = {name: verdict for name, verdict in ((n, v["verdict"]) for n, v in recorded.items())
+                if "test_all_reduce_sum" in name or "test_get_backend" in name}
+    assert {name: {"ok": "passed"}.get(word, word) for name, word in lines} == expected, helpers.describe(proc)
+    assert len(expected) == 7 and proc.returncode == 0, helpers.describe(proc)
