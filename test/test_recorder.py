@@ -68,6 +68,26 @@ def test_exceptions_pass_through_unchanged_and_are_marked(ring):
     assert call.status == records.STATUS_RAISED and call.describe().endswith("(raised)")
 
 
+def test_no_frame_of_the_recorder_between_the_caller_and_torchs_body(ring):
+    # torch warns with stacklevel=2 (a float timeout): the warning must name this line,
+    # as on torch alone, not a recorder frame; a traceback shows torch's frames only.
+    import traceback
+    import warnings
+
+    recorder.begin_test(Case())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        dist.monitored_barrier(timeout=30.0)
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)], [str(w) for w in caught]
+    with pytest.raises(Exception) as raised:
+        dist.broadcast(torch.ones(2), src=5)  # no rank 5 in a world of 1
+    files = [frame.filename for frame in traceback.extract_tb(raised.value.__traceback__)]
+    assert not [f for f in files if "continuous_test" in f], files
+    assert [call.describe()[:20] for call in records.read_file(ring).calls] == [
+        "monitored_barrier #1", "broadcast #2 [float3"]
+
+
 def test_only_the_current_test_and_the_last_calls_are_kept(ring):
     recorder.begin_test(Case())
     dist.barrier()
@@ -198,7 +218,7 @@ def test_code_that_inspects_torch_distributed_does_not_see_the_recorder(runner):
     assert re.search(r"rank 0: all_reduce #1 \[float32\(3\)\] at recorder_helper.py:6 \(waiting\)", output), output
     # its stacks go from the test's call to torch's body, the wrappers between folded into one line
     stacks = output[output.index("in test_z_helper_module_diverges\n"):]  # rank 0's stacks (a section under pytest)
-    assert re.search(r"in reduce_in_helper\n +all_reduce\(tensor\)\n +\(3 frame\(s\) of continuous_test and torch's "
+    assert re.search(r"in reduce_in_helper\n +all_reduce\(tensor\)\n +\(1 frame\(s\) of continuous_test and torch's "
                      r"logging wrappers\)\n +File .*distributed_c10d.py", stacks), stacks
     assert "c10d_logger.py" not in stacks and "in _call" not in stacks, stacks
 

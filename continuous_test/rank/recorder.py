@@ -2,9 +2,9 @@
 
 How data flows::
 
-    test code ── dist.all_reduce(t) ──► torch's all_reduce, its body replaced ──► _call ──► copy of torch's body
-                                                                                  │ record (waiting) before,
-                                                                                  │ status (returned / raised) after
+    test code ── dist.all_reduce(t) ──► torch's all_reduce: torch's body, compiled again from its source
+                                        between HOOK.begin (record: waiting) and HOOK.end / HOOK.raised
+                                        (status: returned / raised); no frame of its own
                                            ▼
                        mmap'd ring of fixed-size records (wire.records HEADER / RECORD)
                        ├─ a controller's ranks: <world dir>/rankN.records, read by the controller
@@ -28,6 +28,7 @@ Rank side only: never imports the controller.
 """
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import mmap
@@ -148,9 +149,13 @@ def patch() -> None:
     """Make the public torch.distributed functions record, once (ranks and the template only).
 
     Each function keeps its identity: the code of torch's own function object
-    (the innermost one, under torch's logging decorator) is replaced by a
-    one-line body of the same signature that calls :func:`_call`, which records
-    and calls a copy of the original.  So ``dist.isend is distributed_c10d.isend``,
+    (the innermost one, under torch's logging decorator) is replaced by torch's
+    body compiled again from its source with the recording around it
+    (:func:`_recording_code`), so no frame comes between the caller and torch's
+    body: a warning's ``stacklevel`` and tracebacks point where they did.  Where
+    the source is not found as compiled, the body is a one-line call of
+    :func:`_call`, which records and calls a copy of the original.  So
+    ``dist.isend is distributed_c10d.isend``,
     ``P2POp(dist.isend, ...)``, ``op in (dist.isend, dist.irecv)``, ``partial``,
     ``pickle``, ``inspect.signature`` and ``inspect.getsource`` and dynamo's
     rewrite of collectives see torch's function, and a name any module imported
@@ -185,7 +190,7 @@ def instrument(target: Callable, make_op: Callable[[Callable], "_Op"]) -> Option
         setattr(copy, attribute, getattr(target, attribute))
     copy.__dict__.update(target.__dict__)
     try:
-        code = _calling_code(target.__code__, len(_hooks))
+        code = _recording_code(target.__code__, len(_hooks)) or _calling_code(target.__code__, len(_hooks))
     except (SyntaxError, ValueError):
         return None
     global _compiling
@@ -207,6 +212,116 @@ def _innermost(fn: Any) -> Any:
 
 
 _CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+
+
+_TOKEN = "__continuous_test_call__"  # the local that holds a call's record between begin and end
+
+
+def _recording_code(code: types.CodeType, index: int) -> Optional[types.CodeType]:
+    """torch's own body of ``code``, compiled again from its source with the recording around it; None if it cannot be.
+
+    The function's frame stays the one frame between its caller and its body, as
+    in torch: a warning's ``stacklevel``, a traceback and the stacks see torch's
+    frames and line numbers only.  The body becomes::
+
+        __continuous_test_call__ = HOOK.begin(index, <the parameters>)
+        try:
+            <torch's body, each ``return x`` as ``return HOOK.end(__continuous_test_call__, x)``>
+            return HOOK.end(__continuous_test_call__, None)
+        except BaseException:
+            HOOK.raised(__continuous_test_call__)
+            raise
+
+    compiled from torch's file with its line numbers, its decorators left in
+    place (so the code starts at the same line).  A generator, or a body whose
+    source is not found as it was compiled, is left to :func:`_calling_code`.
+    """
+    node = _source_node(code)
+    if node is None or any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in _own_nodes(node)):
+        return None
+    prologue = _snippet(f"{_TOKEN} = {HOOK}.begin({index}, {', '.join(_call_arguments(code))})", node.lineno)
+    guarded = _snippet(f"try:\n    pass\nexcept BaseException:\n    {HOOK}.raised({_TOKEN})\n    raise", node.lineno)
+    assert isinstance(guarded[0], ast.Try)
+    guarded[0].body = [_EndAtReturn().visit(stmt) for stmt in node.body] + _snippet(
+        f"return {HOOK}.end({_TOKEN}, None)", node.lineno)
+    node.body = prologue + guarded
+    module = compile(ast.Module(body=[node], type_ignores=[]), code.co_filename, "exec", dont_inherit=True)
+    found = next((c for c in module.co_consts if isinstance(c, types.CodeType) and c.co_name == code.co_name), None)
+    if (found is None or found.co_firstlineno != code.co_firstlineno or found.co_freevars
+            or found.co_varnames[:found.co_argcount + found.co_kwonlyargcount]
+            != code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]):
+        return None
+    return found
+
+
+def _source_node(code: types.CodeType) -> Optional[ast.FunctionDef]:
+    """The top-level ``def`` that compiled to ``code``, parsed from its lines in the file (torch's, as imported)."""
+    import linecache
+
+    lines = linecache.getlines(code.co_filename)
+    if not lines or code.co_firstlineno > len(lines) or lines[code.co_firstlineno - 1][:1].isspace():
+        return None  # no source, or not a top-level function
+    try:
+        block = inspect.getblock(lines[code.co_firstlineno - 1:])
+        tree = ast.parse("".join(block), code.co_filename)
+    except (SyntaxError, IndentationError, ValueError):
+        return None
+    node = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(node, ast.FunctionDef) or node.name != code.co_name:
+        return None
+    return ast.increment_lineno(node, code.co_firstlineno - 1)
+
+
+def _own_nodes(node: ast.AST) -> List[ast.AST]:
+    """The nodes of a function's body, not those of the functions, lambdas and classes defined in it."""
+    found: List[ast.AST] = []
+    pending = list(ast.iter_child_nodes(node))
+    while pending:
+        child = pending.pop()
+        found.append(child)
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            pending.extend(ast.iter_child_nodes(child))
+    return found
+
+
+def _snippet(source: str, line: int) -> List[ast.stmt]:
+    """Statements parsed from ``source``, every node placed at ``line`` (the def's)."""
+    body = ast.parse(source).body
+    for stmt in body:
+        for n in ast.walk(stmt):
+            if "lineno" in n._attributes:
+                n.lineno = n.end_lineno = line  # type: ignore[attr-defined]
+                n.col_offset = n.end_col_offset = 0  # type: ignore[attr-defined]
+    return body
+
+
+class _EndAtReturn(ast.NodeTransformer):
+    """``return x`` -> ``return HOOK.end(token, x)``, in the function's own body only."""
+
+    def visit_Return(self, node: ast.Return) -> ast.Return:  # noqa: N802 - ast's visitor names
+        value = node.value if node.value is not None else ast.copy_location(ast.Constant(None), node)
+        call = _snippet(f"{HOOK}.end({_TOKEN}, None)", node.lineno)[0].value  # type: ignore[attr-defined]
+        call.args[1] = value
+        return ast.copy_location(ast.Return(value=ast.copy_location(call, node)), node)
+
+    def _leave(self, node: ast.AST) -> ast.AST:
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = _leave
+
+
+def _call_arguments(code: types.CodeType) -> List[str]:
+    """``code``'s parameters as the arguments of a call that passes each one on."""
+    names = code.co_varnames
+    at = code.co_argcount + code.co_kwonlyargcount
+    call = list(names[:code.co_argcount])
+    if code.co_flags & _CO_VARARGS:
+        call.append("*" + names[at])
+        at += 1
+    call += [f"{k}={k}" for k in names[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]]
+    if code.co_flags & _CO_VARKEYWORDS:
+        call.append("**" + names[at])
+    return call
 
 
 def _calling_code(code: types.CodeType, index: int) -> types.CodeType:
@@ -296,6 +411,39 @@ def _call(index: int, *args: Any, **kwargs: Any) -> Any:
         _inside.depth = 0
     ring.mm[status] = tl.STATUS_RETURNED if result is None or not _is_work(result) else tl.STATUS_ASYNC
     return result
+
+
+def _begin(index: int, *args: Any, **kwargs: Any) -> Any:
+    """What a rewritten body (:func:`_recording_code`) calls first: record the call; its token for :func:`_end`."""
+    ring = _active
+    if ring is None or _inside.depth or _compiling():
+        return None
+    try:
+        status = ring.record(_hooks[index][1], args, kwargs)
+    except Exception:  # a record is never worth failing the user's call for
+        return None
+    _inside.depth = 1
+    return ring, status
+
+
+def _end(token: Any, result: Any) -> Any:
+    """What a rewritten body returns through: mark how the call ended and give back its result."""
+    if token is not None:
+        _inside.depth = 0
+        ring, status = token
+        ring.mm[status] = tl.STATUS_RETURNED if result is None or not _is_work(result) else tl.STATUS_ASYNC
+    return result
+
+
+def _raised(token: Any) -> None:
+    """What a rewritten body calls when its call raises, before the exception goes on."""
+    if token is not None:
+        _inside.depth = 0
+        ring, status = token
+        ring.mm[status] = tl.STATUS_RAISED
+
+
+_call.begin, _call.end, _call.raised = _begin, _end, _raised  # type: ignore[attr-defined]
 
 
 class _Inside(threading.local):
