@@ -30,17 +30,37 @@ def test_an_exception_in_the_waiting_controller_leaves_no_busy_world():
 
 
 @pytest.mark.parametrize("verbose", [[], ["-v"]])
-def test_a_bad_heartbeat_fails_each_test_before_anything_is_sent(verbose):
-    proc = helpers.python(SCENARIO, *verbose, "TearDownInRanksTest", env={"CONTINUOUS_TEST_HEARTBEAT": "often"})
+def test_a_bad_heartbeat_fails_each_test_before_anything_is_sent(verbose, tmp_path):
+    proc = helpers.python(SCENARIO, *verbose, "TearDownInRanksTest",
+                          env={"CONTINUOUS_TEST_HEARTBEAT": "often", "MARK_DIR": str(tmp_path)})
     assert unittest_counts(proc.stderr) == {"ran": 2, "errors": 2}, describe(proc)
     assert proc.stderr.count("Invalid heartbeat 'often' from CONTINUOUS_TEST_HEARTBEAT environment variable") == 2, \
         describe(proc)
     assert "ProtocolError" not in proc.stderr, describe(proc)
+    assert list(tmp_path.iterdir()) == [], describe(proc)  # no rank ran a test
+
+
+# Settings read only in some runs (after a failure, where devices are leased, under -v):
+# each is checked before any rank runs a test, in shared worlds and fresh ranks alike.
+LATE_SETTINGS = [("CONTINUOUS_TEST_BISECT", "Invalid bisect budget 'often'"),
+                 ("CONTINUOUS_TEST_DEVICE_WAIT", "Invalid device wait 'often'"),
+                 ("CONTINUOUS_TEST_HEARTBEAT", "Invalid heartbeat 'often'"),
+                 ("CONTINUOUS_TEST_RECORD", "Invalid value 'often' from CONTINUOUS_TEST_RECORD")]
+
+
+@pytest.mark.parametrize("name, message", LATE_SETTINGS, ids=[n for n, _ in LATE_SETTINGS])
+def test_every_setting_is_checked_before_any_rank_runs_a_test(name, message, tmp_path):
+    proc = helpers.python(SCENARIO, "-v", "TearDownInRanksTest", "FreshTest",
+                          env={name: "often", "MARK_DIR": str(tmp_path)})
+    assert unittest_counts(proc.stderr) == {"ran": 3, "errors": 3}, describe(proc)
+    assert proc.stderr.count(message) == 3 and f"from {name} environment variable" in proc.stderr, describe(proc)
+    assert "a failure of its own" not in proc.stderr and "ProtocolError" not in proc.stderr, describe(proc)
+    assert list(tmp_path.iterdir()) == [], describe(proc)  # no rank ran a test
 
 
 def test_under_pdb_teardown_runs_in_the_ranks_only():
     proc = helpers.pytest(SCENARIO, "--pdb", "-k", "TearDownInRanksTest")
-    assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 3}, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 4}, describe(proc)
 
 
 if __name__ == "__main__":

@@ -5,14 +5,18 @@ second into the test, while the controller waits for its ranks, as pytest-timeou
 signal method raises one (the ranks sleep on).  The tests after it are innocent.
 ``TearDownInRanksTest`` has a ``tearDown`` that only works in a rank (it uses the
 process group): under ``pytest --pdb`` it must not run in the controller.
+``FreshTest`` runs in fresh ranks.  Every rank that runs a test of
+``TearDownInRanksTest`` or ``FreshTest`` leaves a file in ``$MARK_DIR`` (when
+set): a bad setting must fail the test before any rank runs it.
 """
+import os
 import signal
 import time
 
 import torch
 import torch.distributed as dist
 
-from continuous_test import MultiProcContinuousTest, _role, run_tests
+from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, _role, run_tests
 
 
 class ControllerTimeout(Exception):
@@ -35,6 +39,7 @@ class Gloo(MultiProcContinuousTest):
         return "cpu"
 
     def _sum(self):
+        _mark(self)
         t = torch.ones(2)
         dist.all_reduce(t)
         self.assertEqual(t.tolist(), [2.0, 2.0])
@@ -72,6 +77,19 @@ class TearDownInRanksTest(Gloo):
 
     def test_b(self):
         self._sum()
+
+
+class FreshTest(MultiProcessTestCase):
+    world_size = 2
+
+    def test_fails_on_purpose(self):
+        _mark(self)
+        self.fail("a failure of its own")
+
+
+def _mark(test):
+    if os.environ.get("MARK_DIR"):
+        open(os.path.join(os.environ["MARK_DIR"], f"{test._testMethodName}-{test.rank}"), "w").close()
 
 
 if __name__ == "__main__":
