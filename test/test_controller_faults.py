@@ -42,13 +42,10 @@ def test_a_bad_heartbeat_fails_each_test_before_anything_is_sent(verbose, tmp_pa
 
 # Settings read only in some runs (after a failure, where devices are leased, under -v):
 # each is checked before any rank runs a test, in shared worlds and fresh ranks alike.
-LATE_SETTINGS = [("CONTINUOUS_TEST_BISECT", "Invalid bisect budget 'often'"),
-                 ("CONTINUOUS_TEST_DEVICE_WAIT", "Invalid device wait 'often'"),
-                 ("CONTINUOUS_TEST_HEARTBEAT", "Invalid heartbeat 'often'"),
-                 ("CONTINUOUS_TEST_RECORD", "Invalid value 'often' from CONTINUOUS_TEST_RECORD")]
-
-
-@pytest.mark.parametrize("name, message", LATE_SETTINGS, ids=[n for n, _ in LATE_SETTINGS])
+@pytest.mark.parametrize("name, message", [("CONTINUOUS_TEST_BISECT", "Invalid bisect budget 'often'"),
+                                           ("CONTINUOUS_TEST_DEVICE_WAIT", "Invalid device wait 'often'"),
+                                           ("CONTINUOUS_TEST_HEARTBEAT", "Invalid heartbeat 'often'"),
+                                           ("CONTINUOUS_TEST_RECORD", "Invalid value 'often' from CONTINUOUS_TEST_RECORD")])
 def test_every_setting_is_checked_before_any_rank_runs_a_test(name, message, tmp_path):
     proc = helpers.python(SCENARIO, "-v", "TearDownInRanksTest", "FreshTest",
                           env={name: "often", "MARK_DIR": str(tmp_path)})
