@@ -3,6 +3,7 @@
 ``InterruptedWaitTest.test_a_slow`` gets an exception raised in the controller one
 second into the test, while the controller waits for its ranks, as pytest-timeout's
 signal method raises one (the ranks sleep on).  The tests after it are innocent.
+``RunnerTimeoutTest`` is the same under pytest-timeout itself (``--timeout 2``).
 ``TearDownInRanksTest`` has a ``tearDown`` that only works in a rank (it uses the
 process group): under ``pytest --pdb`` it must not run in the controller.
 ``FreshTest`` runs in fresh ranks.  Every rank that runs a test of
@@ -58,6 +59,22 @@ class InterruptedWaitTest(Gloo):
         return super().run(result)
 
     def test_a_slow(self):
+        time.sleep(20)
+
+    def test_b_innocent(self):
+        self._sum()
+
+    def test_c_innocent(self):
+        self._sum()
+
+
+class RunnerTimeoutTest(Gloo):
+    """For a runner's real timeout (``pytest --timeout 2`` with pytest-timeout): only test_a_slow exceeds it."""
+
+    def test_a_slow(self):
+        if os.environ.get("MARK_DIR"):  # the rank's pid, for the check that it ended
+            with open(os.path.join(os.environ["MARK_DIR"], f"slow-{self.rank}"), "w") as f:
+                f.write(str(os.getpid()))
         time.sleep(20)
 
     def test_b_innocent(self):
