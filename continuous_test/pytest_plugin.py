@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sys
 from typing import Any, List, Optional
 
 import _pytest.python as _pytest_python  # pytest's own: the parametrization a repeated run extends
@@ -495,6 +496,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
     finally:
         ahead.set_pytest_next(None)
         run_log.log().end(item.nodeid, item.stash.get(_OUTCOME, "unknown"))
+        _stop_if_interrupted(item.session)
+
+
+def _stop_if_interrupted(session: pytest.Session) -> None:
+    """Stop the session after a test whose rerun or bisect a Ctrl-C ended (its failure is reported)."""
+    dispatch = sys.modules.get("continuous_test.controller.dispatch")
+    why = dispatch.take_stop() if dispatch is not None else None
+    if why:
+        session.shouldstop = why
 
 
 # Markers under which pytest itself may skip an item, or not run it as collected.

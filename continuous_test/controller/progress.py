@@ -33,6 +33,7 @@ __all__ = [
     "for_test",
     "note_waiting",
     "heartbeat_seconds",
+    "under_pytest",
     "live_output",
     "ENV_HEARTBEAT",
     "ENV_LIVE_OUTPUT",
@@ -81,6 +82,11 @@ def observe(result: Any) -> None:
 def use_pytest(verbose: bool, emit: Optional[Emit], live: Optional[bool]) -> None:
     """Print progress through pytest's terminal (``emit``) from now on, until :func:`use_unittest`."""
     _where.verbose, _where.emit, _where.live, _where.pytest = verbose, emit, live, True
+
+
+def under_pytest() -> bool:
+    """Whether pytest runs the tests (its plugin called :func:`use_pytest`)."""
+    return _where.pytest
 
 
 def use_unittest() -> None:
