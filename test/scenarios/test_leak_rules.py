@@ -13,7 +13,9 @@ may reuse its ident (the first one is a library's, which the check leaves alone)
 and stays alive: a leak either way.  ``DaemonTest``: ``test_a`` leaves a daemon
 thread that ends its rank 2 s later (a leak: the world is restarted, and
 ``test_b`` passes); ``test_c`` uses a library's per-process thread pool, which
-``test_d`` finds still there (kept: no restart).
+``test_d`` finds still there (kept: no restart).  ``TorchOwnTest`` (4 ranks): DDP
+and a 2-D ``init_device_mesh`` in each test, which torch keeps per process by
+design (the first DDP sets ``TORCHINDUCTOR_CACHE_DIR``): no leak.
 """
 import os
 import signal
@@ -130,6 +132,32 @@ class DaemonTest(Gloo):
         import fakelib
 
         print(f"POOL_KEPT {fakelib.pool_kept()}", flush=True)
+
+
+class TorchOwnTest(Gloo):
+    """What torch keeps per process by design: the first DDP sets TORCHINDUCTOR_CACHE_DIR; a mesh's subgroups."""
+
+    world_size = 4
+
+    def _ddp_step(self):
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(torch.nn.Linear(4, 2))
+        model(torch.ones(3, 4)).sum().backward()
+
+    def test_a_ddp(self):
+        self._ddp_step()
+
+    def test_b_ddp(self):
+        self._ddp_step()
+
+    def test_c_device_mesh(self):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        t = torch.ones(1)
+        dist.all_reduce(t, group=mesh.get_group("dp"))
+        self.assertEqual(t.item(), 2.0)
 
 
 class SessionChildTest(Gloo):
