@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import sys
 from typing import Any, List, Optional
 
 import _pytest.python as _pytest_python  # pytest's own: the parametrization a repeated run extends
@@ -501,8 +500,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
 
 def _stop_if_interrupted(session: pytest.Session) -> None:
     """Stop the session after a test whose rerun or bisect a Ctrl-C ended (its failure is reported)."""
-    dispatch = sys.modules.get("continuous_test.controller.dispatch")
-    why = dispatch.take_stop() if dispatch is not None else None
+    from continuous_test.controller import progress
+
+    why = progress.take_stop()
     if why:
         session.shouldstop = why
 

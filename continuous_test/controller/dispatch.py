@@ -29,7 +29,7 @@ from continuous_test.verdict import replay
 from continuous_test.verdict.merge import Verdict
 from continuous_test.wire.env import ENV_AHEAD
 
-__all__ = ["run", "function_verdict", "plan", "run_settings", "take_stop", "stop_class"]
+__all__ = ["run", "function_verdict", "plan", "run_settings", "stop_class"]
 
 
 def plan(cls: type, method: str, test_id: str, kwargs: Optional[dict] = None) -> TestPlan:
@@ -80,29 +80,18 @@ def run(case: unittest.TestCase, result: Optional[unittest.TestResult]) -> Optio
     return outcome
 
 
-# Why pytest's session is to stop after the test that runs now (set by a Ctrl-C during its rerun).
-_stop_session: Optional[str] = None
-
-
 def _stop_after_this_test() -> None:
     """Stop the run after a Ctrl-C during a rerun or bisect, once the failure already known is recorded.
 
     unittest's runners: a KeyboardInterrupt now, as a Ctrl-C between tests would be.
-    pytest: its session is asked to stop after this test's report (:func:`take_stop`,
-    as ``-x`` does), which keeps the failure in its summary; a KeyboardInterrupt
-    raised in the test would end the session with the failure unreported.
+    pytest: its session is asked to stop after this test's report
+    (:func:`continuous_test.controller.progress.take_stop`, as ``-x`` does), which keeps
+    the failure in its summary; a KeyboardInterrupt raised in the test would end the
+    session with the failure unreported.
     """
-    global _stop_session
     if not progress.under_pytest():
         raise KeyboardInterrupt
-    _stop_session = bisect.INTERRUPTED_STOP
-
-
-def take_stop() -> Optional[str]:
-    """Why pytest's session should stop after the test that just ran (None: it goes on); asked once per test."""
-    global _stop_session
-    why, _stop_session = _stop_session, None
-    return why
+    progress.stop_after_this_test(bisect.INTERRUPTED_STOP)
 
 
 def _verdict(cls: type, planned: Optional[TestPlan], error: Optional[ConfigError], following: Optional[str]) -> Verdict:
