@@ -26,8 +26,8 @@ __all__ = ["run_tests", "write_reports", "ContinuousTestRunner", "ContinuousTest
 
 EXIT_INTERRUPTED = 130
 INTERRUPTED = "Interrupted (Ctrl-C) while running {test}; the ranks were stopped. {ran}"
-INTERRUPTED_DIAGNOSIS = ("Interrupted (Ctrl-C) while the failure of {test} (reported above) was rerun; "
-                         "the ranks were stopped. {ran}")
+INTERRUPTED_DIAGNOSIS = ("Interrupted (Ctrl-C) during the rerun and bisect of the failure of {test} (reported "
+                         "above); the ranks were stopped. {ran}")
 
 
 class ContinuousTestResult(unittest.TextTestResult):

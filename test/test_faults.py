@@ -187,8 +187,8 @@ def test_ctrl_c_during_a_rerun_keeps_the_failure_already_known(runner, cls, fail
         assert proc.returncode == EXIT_INTERRUPTED, describe(done)
         assert f"FAIL: {failing}" in err, describe(done)
         ran = "2 tests ran (1 passed, 1 failed)." if cls == "InterruptedReplayTest" else "1 test ran (1 failed)."
-        assert f"the failure of __main__.{cls}.{failing} (reported above) was rerun; the ranks were stopped. {ran}" \
-            in err, describe(done)
+        assert (f"Interrupted (Ctrl-C) during the rerun and bisect of the failure of __main__.{cls}.{failing} "
+                f"(reported above); the ranks were stopped. {ran}") in err, describe(done)
     else:
         assert proc.returncode == pytest.ExitCode.INTERRUPTED, describe(done)
         assert f"FAILED test_interrupted_bisect.py::{cls}::{failing}" in out, describe(done)
