@@ -205,12 +205,22 @@ class MultiProcessTestCase(TestCase):
 
         if self._fresh is not None:
             return
+        self._check_settings()
         self._make_test_dir()
         assert self._test_dir is not None and self.file_name is not None
         ranks = self._fresh = fresh.start(type(self), self._testMethodName, self.world_size, self._test_dir,
                                           self.file_name)
         self.addCleanup(ranks.stop)
         self.processes = ranks.processes()
+
+    def _check_settings(self) -> None:
+        """Check every setting this test's verdict reads, before its ranks start (raises ConfigError naming it)."""
+        from continuous_test.controller import dispatch
+
+        dispatch.run_settings()
+        cls = type(self)
+        config.test_time_limit(cls, getattr(cls, self._testMethodName))
+        config.grace_period(cls)
 
     @classmethod
     def tearDownClass(cls) -> None:

@@ -495,6 +495,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
     finally:
         ahead.set_pytest_next(None)
         run_log.log().end(item.nodeid, item.stash.get(_OUTCOME, "unknown"))
+        _stop_if_interrupted(item.session)
+
+
+def _stop_if_interrupted(session: pytest.Session) -> None:
+    """Stop the session after a test whose rerun or bisect a Ctrl-C ended (its failure is reported)."""
+    from continuous_test.controller import progress
+
+    why = progress.take_stop()
+    if why:
+        session.shouldstop = why
 
 
 # Markers under which pytest itself may skip an item, or not run it as collected.

@@ -22,10 +22,12 @@ from continuous_test.launched.detect import detect, export_env
 from continuous_test.wire.env import ENV_REPORT, ENV_REPORT_HTML
 
 __all__ = ["run_tests", "write_reports", "ContinuousTestRunner", "ContinuousTestResult", "EXIT_INTERRUPTED",
-           "INTERRUPTED"]
+           "INTERRUPTED", "INTERRUPTED_DIAGNOSIS"]
 
 EXIT_INTERRUPTED = 130
 INTERRUPTED = "Interrupted (Ctrl-C) while running {test}; the ranks were stopped. {ran}"
+INTERRUPTED_DIAGNOSIS = ("Interrupted (Ctrl-C) during the rerun and bisect of the failure of {test} (reported "
+                         "above); the ranks were stopped. {ran}")
 
 
 class ContinuousTestResult(unittest.TextTestResult):
@@ -114,14 +116,23 @@ def interrupted_line(result: unittest.TestResult) -> str:
     """The line printed on Ctrl-C: which test was running and how the tests before it ended."""
     current = getattr(result, "current", None)
     name = current.id() if current is not None else "the test run"
-    before = max(0, result.testsRun - (1 if current is not None else 0))
+    # A failure already recorded, whose rerun or bisect Ctrl-C cut short: it ran.
+    diagnosed = current is not None and _recorded(result, current)
+    before = max(0, result.testsRun - (1 if current is not None and not diagnosed else 0))
     counts = {"failed": len(result.failures), "errors": len(result.errors), "skipped": len(result.skipped),
               "expected failures": len(result.expectedFailures),
               "unexpected successes": len(result.unexpectedSuccesses)}
     counts = {"passed": max(0, before - sum(counts.values())), **counts}
     detail = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
-    ran = f"{before} test{'s' if before != 1 else ''} ran before it" + (f" ({detail})." if detail else ".")
-    return INTERRUPTED.format(test=name, ran=ran)
+    ran = (f"{before} test{'s' if before != 1 else ''} ran" + ("" if diagnosed else " before it")
+           + (f" ({detail})." if detail else "."))
+    return (INTERRUPTED_DIAGNOSIS if diagnosed else INTERRUPTED).format(test=name, ran=ran)
+
+
+def _recorded(result: unittest.TestResult, test: unittest.TestCase) -> bool:
+    """Whether ``result`` holds an outcome other than a pass for ``test``."""
+    listed = [*result.failures, *result.errors, *result.skipped, *result.expectedFailures]
+    return any(entry[0] is test for entry in listed) or test in result.unexpectedSuccesses
 
 
 class _SilentRunner(ContinuousTestRunner):

@@ -11,6 +11,7 @@ import time
 
 import helpers
 import pytest
+from continuous_test._procfs import running
 from helpers import describe, pytest_counts, unittest_counts
 
 SCENARIO = "test_controller_faults.py"
@@ -29,18 +30,59 @@ def test_an_exception_in_the_waiting_controller_leaves_no_busy_world():
     assert took < 15, describe(proc)
 
 
+@pytest.mark.parametrize("method", ["signal", "thread"])
+def test_pytest_timeouts_leave_no_busy_world(method, tmp_path):
+    # pytest-timeout's signal method raises in the controller while it waits: the slow
+    # test fails, the others pass.  Its thread method ends the whole process: the
+    # ranks must go with it.
+    pytest.importorskip("pytest_timeout")
+    started = time.monotonic()
+    proc = helpers.pytest(SCENARIO, "-k", "RunnerTimeoutTest", "--timeout", "2", "--timeout-method", method,
+                          env={"MARK_DIR": str(tmp_path)})
+    assert time.monotonic() - started < 15, describe(proc)  # the slow test's ranks sleep 20 s
+    if method == "signal":
+        assert pytest_counts(proc.stdout) == {"failed": 1, "passed": 2, "deselected": 6}, describe(proc)
+        assert "Failed: Timeout (>2.0s) from pytest-timeout" in proc.stdout, describe(proc)
+        assert "ProtocolError" not in proc.stdout + proc.stderr, describe(proc)
+    else:
+        assert proc.returncode != 0 and "Timeout" in proc.stdout + proc.stderr, describe(proc)
+    pids = [int(p.read_text()) for p in tmp_path.glob("slow-*")]
+    assert len(pids) == 2, describe(proc)
+    deadline = time.monotonic() + 5
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(running, pids)), describe(proc)
+
+
 @pytest.mark.parametrize("verbose", [[], ["-v"]])
-def test_a_bad_heartbeat_fails_each_test_before_anything_is_sent(verbose):
-    proc = helpers.python(SCENARIO, *verbose, "TearDownInRanksTest", env={"CONTINUOUS_TEST_HEARTBEAT": "often"})
+def test_a_bad_heartbeat_fails_each_test_before_anything_is_sent(verbose, tmp_path):
+    proc = helpers.python(SCENARIO, *verbose, "TearDownInRanksTest",
+                          env={"CONTINUOUS_TEST_HEARTBEAT": "often", "MARK_DIR": str(tmp_path)})
     assert unittest_counts(proc.stderr) == {"ran": 2, "errors": 2}, describe(proc)
     assert proc.stderr.count("Invalid heartbeat 'often' from CONTINUOUS_TEST_HEARTBEAT environment variable") == 2, \
         describe(proc)
     assert "ProtocolError" not in proc.stderr, describe(proc)
+    assert list(tmp_path.iterdir()) == [], describe(proc)  # no rank ran a test
+
+
+# Settings read only in some runs (after a failure, where devices are leased, under -v):
+# each is checked before any rank runs a test, in shared worlds and fresh ranks alike.
+@pytest.mark.parametrize("name, message", [("CONTINUOUS_TEST_BISECT", "Invalid bisect budget 'often'"),
+                                           ("CONTINUOUS_TEST_DEVICE_WAIT", "Invalid device wait 'often'"),
+                                           ("CONTINUOUS_TEST_HEARTBEAT", "Invalid heartbeat 'often'"),
+                                           ("CONTINUOUS_TEST_RECORD", "Invalid value 'often' from CONTINUOUS_TEST_RECORD")])
+def test_every_setting_is_checked_before_any_rank_runs_a_test(name, message, tmp_path):
+    proc = helpers.python(SCENARIO, "-v", "TearDownInRanksTest", "FreshTest",
+                          env={name: "often", "MARK_DIR": str(tmp_path)})
+    assert unittest_counts(proc.stderr) == {"ran": 3, "errors": 3}, describe(proc)
+    assert proc.stderr.count(message) == 3 and f"from {name} environment variable" in proc.stderr, describe(proc)
+    assert "a failure of its own" not in proc.stderr and "ProtocolError" not in proc.stderr, describe(proc)
+    assert list(tmp_path.iterdir()) == [], describe(proc)  # no rank ran a test
 
 
 def test_under_pdb_teardown_runs_in_the_ranks_only():
     proc = helpers.pytest(SCENARIO, "--pdb", "-k", "TearDownInRanksTest")
-    assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 3}, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 7}, describe(proc)
 
 
 if __name__ == "__main__":

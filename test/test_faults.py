@@ -11,7 +11,7 @@ from pathlib import Path
 
 import helpers
 import pytest
-from helpers import describe, unittest_counts
+from helpers import describe, pytest_counts, unittest_counts
 
 from continuous_test.runner import EXIT_INTERRUPTED
 
@@ -157,8 +157,17 @@ def test_torchrun_time_limit_dumps_stacks_and_exits():
     assert re.search(r'test_hang.py", line \d+, in test_b_hang\n\s+time.sleep\(600\)', output), describe(proc)
 
 
-def test_ctrl_c_during_a_rerun_keeps_the_failure_already_known(tmp_path):
-    proc = subprocess.Popen([sys.executable, "test_interrupted_bisect.py"], cwd=str(helpers.SCENARIOS),
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+@pytest.mark.parametrize("cls, failing, after", [
+    ("InterruptedBisectTest", "test_a_fails_then_hangs_in_its_rerun", "test_b_never_runs"),  # in the rerun
+    ("InterruptedReplayTest", "test_b_fails_on_its_first_run", "test_c_never_runs"),  # in the bisect's replay
+])
+def test_ctrl_c_during_a_rerun_keeps_the_failure_already_known(runner, cls, failing, after, tmp_path):
+    # The run stops (unittest: exit 130; pytest: its session is interrupted, exit 2), and
+    # the failure of the test's own run is reported, with a note that its diagnosis was cut short.
+    command = ([sys.executable, "test_interrupted_bisect.py", cls] if runner == "python" else
+               [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_interrupted_bisect.py", "-k", cls])
+    proc = subprocess.Popen(command, cwd=str(helpers.SCENARIOS),
                             env=helpers.scenario_env({"STAMP_DIR": str(tmp_path)}), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -170,11 +179,22 @@ def test_ctrl_c_during_a_rerun_keeps_the_failure_already_known(tmp_path):
     finally:
         proc.kill()
     done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-    assert proc.returncode == EXIT_INTERRUPTED, describe(done)
-    assert "FAIL: test_a_fails_then_hangs_in_its_rerun" in err, describe(done)
-    assert "AssertionError: the failure of the test's own run" in err, describe(done)
-    assert "rerun and bisect interrupted (Ctrl-C)" in err, describe(done)
-    assert "test_b_never_runs" not in err, describe(done)
+    output = out + err
+    assert "AssertionError: the failure of the test's own run" in output, describe(done)
+    assert "rerun and bisect interrupted (Ctrl-C)" in output, describe(done)
+    assert after not in output, describe(done)
+    if runner == "python":
+        assert proc.returncode == EXIT_INTERRUPTED, describe(done)
+        assert f"FAIL: {failing}" in err, describe(done)
+        ran = "2 tests ran (1 passed, 1 failed)." if cls == "InterruptedReplayTest" else "1 test ran (1 failed)."
+        assert (f"Interrupted (Ctrl-C) during the rerun and bisect of the failure of __main__.{cls}.{failing} "
+                f"(reported above); the ranks were stopped. {ran}") in err, describe(done)
+    else:
+        assert proc.returncode == pytest.ExitCode.INTERRUPTED, describe(done)
+        assert f"FAILED test_interrupted_bisect.py::{cls}::{failing}" in out, describe(done)
+        counts = pytest_counts(out)
+        # The test after it never ran: only the tests before it passed.
+        assert (counts["failed"], counts.get("passed", 0)) == (1, int(cls == "InterruptedReplayTest")), describe(done)
 
 
 if __name__ == "__main__":

@@ -332,6 +332,15 @@ def test_what_a_first_import_sets_for_itself_is_kept_and_not_reported():
     assert "TORCHINDUCTOR_CACHE_DIR" not in proc.stderr, describe(proc)
 
 
+def test_ddp_and_device_mesh_in_every_test_are_no_leak():
+    # The first DDP of a process sets TORCHINDUCTOR_CACHE_DIR (torch 2.13); each DeviceMesh
+    # makes subgroups.  Under 'fail' every such test used to fail (each failure restarted
+    # the world, so the next DDP test was again the first).
+    proc = helpers.python("test_leak_rules.py", "TorchOwnTest", env={**LEAK_RULES, config.ENV_LEAKS: "fail"})
+    assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
+    assert "LeakWarning" not in proc.stderr and "LeakError" not in proc.stderr, describe(proc)
+
+
 def test_what_libraries_do_for_themselves_is_no_leak():
     # torch's inductor raises the recursion limit when it compiles; a runner's own
     # timer (pytest-timeout) is pending before the test and after it, with less left.

@@ -56,6 +56,7 @@ __all__ = [
     "NOT_RERUN",
     "NOT_RERUN_LONG",
     "INTERRUPTED",
+    "INTERRUPTED_STOP",
 ]
 
 NOTE_HEADER = "continuous_test rerun and bisect ({worlds} fresh world(s), {seconds:.1f} s):"
@@ -84,6 +85,8 @@ NOT_RERUN_LONG = (
 )
 START_FAILED = "a fresh world could not start ({error})"
 INTERRUPTED = "continuous_test: rerun and bisect interrupted (Ctrl-C); the failure above is the test's own run."
+# Why pytest's session stops after that test (pytest prints "Interrupted: ...").
+INTERRUPTED_STOP = "continuous_test: rerun and bisect interrupted (Ctrl-C)"
 
 
 # The tests each live world ran since it started; a world that is restarted

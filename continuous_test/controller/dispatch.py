@@ -22,14 +22,14 @@ import unittest
 from typing import Callable, Dict, List, Optional
 
 from continuous_test import config, sizes
-from continuous_test.controller import ahead, bisect, progress, world
+from continuous_test.controller import ahead, bisect, devices, progress, world
 from continuous_test.controller.world import TestPlan
 from continuous_test.errors import ConfigError
 from continuous_test.verdict import replay
 from continuous_test.verdict.merge import Verdict
 from continuous_test.wire.env import ENV_AHEAD
 
-__all__ = ["run", "function_verdict", "plan", "stop_class"]
+__all__ = ["run", "function_verdict", "plan", "run_settings", "stop_class"]
 
 
 def plan(cls: type, method: str, test_id: str, kwargs: Optional[dict] = None) -> TestPlan:
@@ -38,10 +38,20 @@ def plan(cls: type, method: str, test_id: str, kwargs: Optional[dict] = None) ->
     return TestPlan(method, test_id, config.test_time_limit(cls, function), config.leak_policy(cls, function), kwargs)
 
 
-def _run_settings() -> bool:
-    """Check the settings of the run that every test reads (raises ConfigError); whether sending ahead is on."""
+def run_settings() -> bool:
+    """Check every setting of the run a test may read (raises ConfigError); whether sending ahead is on.
+
+    Due before anything is sent to a rank: a setting read only later (the
+    heartbeat, read only under ``-v``; the rerun budget, read only after a
+    failure; the device wait, read only where devices are leased) would
+    otherwise fail a test that already ran, or be ignored.  The settings of one
+    test (its time limit, its leak policy) are checked by :func:`plan`.
+    """
     switches = config.check_switches()
     progress.heartbeat_seconds()
+    config.bisect_budget()
+    devices.device_wait()
+    devices.simulated_devices()
     return bool(switches[ENV_AHEAD])
 
 
@@ -54,7 +64,7 @@ def run(case: unittest.TestCase, result: Optional[unittest.TestResult]) -> Optio
     following: Optional[str] = None
     try:
         planned = plan(cls, method, replay.short_id(case))
-        if _run_settings():
+        if run_settings():
             following = ahead.next_test(case)
     except ConfigError as exc:  # raised inside the test, so that the runner reports it as the test's error
         planned, error = None, exc
@@ -66,8 +76,22 @@ def run(case: unittest.TestCase, result: Optional[unittest.TestResult]) -> Optio
 
     outcome = replay.run_with(case, result, produce)
     if produced and produced[-1].interrupted:
-        raise KeyboardInterrupt  # after the runner recorded the failure, as a Ctrl-C between tests would
+        _stop_after_this_test()  # after the runner recorded the failure
     return outcome
+
+
+def _stop_after_this_test() -> None:
+    """Stop the run after a Ctrl-C during a rerun or bisect, once the failure already known is recorded.
+
+    unittest's runners: a KeyboardInterrupt now, as a Ctrl-C between tests would be.
+    pytest: its session is asked to stop after this test's report
+    (:func:`continuous_test.controller.progress.take_stop`, as ``-x`` does), which keeps
+    the failure in its summary; a KeyboardInterrupt raised in the test would end the
+    session with the failure unreported.
+    """
+    if not progress.under_pytest():
+        raise KeyboardInterrupt
+    progress.stop_after_this_test(bisect.INTERRUPTED_STOP)
 
 
 def _verdict(cls: type, planned: Optional[TestPlan], error: Optional[ConfigError], following: Optional[str]) -> Verdict:
@@ -80,10 +104,10 @@ def _verdict(cls: type, planned: Optional[TestPlan], error: Optional[ConfigError
 def function_verdict(cls: type, name: str, test_id: str, kwargs: Dict[str, object]) -> Verdict:
     """The verdict of one call of a ``@distributed`` function, run as method ``name`` of its hidden class."""
     planned = plan(cls, name, test_id, kwargs)
-    _run_settings()
+    run_settings()
     verdict = _run_in_world(cls, planned)
     if verdict.interrupted:
-        raise KeyboardInterrupt  # pytest ends the session, as at any Ctrl-C
+        _stop_after_this_test()
     return verdict
 
 

@@ -33,6 +33,9 @@ __all__ = [
     "for_test",
     "note_waiting",
     "heartbeat_seconds",
+    "under_pytest",
+    "stop_after_this_test",
+    "take_stop",
     "live_output",
     "ENV_HEARTBEAT",
     "ENV_LIVE_OUTPUT",
@@ -62,6 +65,8 @@ class _Where:
     live: Optional[bool] = None
     # Set by the pytest plugin: unittest results seen afterwards are pytest's, not a runner's.
     pytest: bool = False
+    # Why pytest's session is to stop after the test that runs now (None: it goes on).
+    stop: Optional[str] = None
 
 
 _where = _Where()
@@ -81,6 +86,22 @@ def observe(result: Any) -> None:
 def use_pytest(verbose: bool, emit: Optional[Emit], live: Optional[bool]) -> None:
     """Print progress through pytest's terminal (``emit``) from now on, until :func:`use_unittest`."""
     _where.verbose, _where.emit, _where.live, _where.pytest = verbose, emit, live, True
+
+
+def under_pytest() -> bool:
+    """Whether pytest runs the tests (its plugin called :func:`use_pytest`)."""
+    return _where.pytest
+
+
+def stop_after_this_test(why: str) -> None:
+    """Ask pytest to stop its session after the test that runs now (a Ctrl-C during its rerun), saying ``why``."""
+    _where.stop = why
+
+
+def take_stop() -> Optional[str]:
+    """Why pytest's session should stop after the test that just ran (None: it goes on); asked once per test."""
+    why, _where.stop = _where.stop, None
+    return why
 
 
 def use_unittest() -> None:

@@ -288,6 +288,8 @@ def take() -> Snapshot:
     """Snapshot the process-global state (:data:`WATCHED`) as it is now, for :func:`check` after a test."""
     if not _watching_starts:
         _watch_thread_starts()
+        _watch_filters_set_at_import()
+    del _import_filters[:]  # those of earlier tests are in the snapshot now
     return Snapshot()
 
 
@@ -460,12 +462,14 @@ def _put_back_filters(old: list, modules_before: Any) -> Optional[Leak]:
     """The warnings filters, less those a module first imported during the test set (kept, as the import is).
 
     A library sets filters for its own warnings at import (sympy, which torch
-    imports lazily, does; others name themselves with ``module=``): that import's
-    setup, not something the test left behind.
+    imports lazily, does; others name themselves with ``module=``, or a message):
+    that import's setup, not something the test left behind.  Kept: a filter set
+    while a module was being imported (:func:`_watch_filters_set_at_import`), and
+    one about a module first imported during the test (:func:`_set_by_import`).
     """
     new = list(warnings.filters)
     imported = [name for name in list(sys.modules) if name not in modules_before]
-    kept = [f for f in new if f not in old and _set_by_import(f, imported)]
+    kept = [f for f in new if f not in old and (f in _import_filters or _set_by_import(f, imported))]
     rest = [f for f in new if f not in kept]
     if rest == old:
         return None
@@ -485,6 +489,48 @@ def _set_by_import(entry: tuple, imported: List[str]) -> bool:
     # module= names the library itself (a regex matched at the module name's start):
     # it must be exactly a module first imported during the test, not a prefix of one.
     return pattern is not None and pattern.pattern.removesuffix("\\Z").removesuffix("$") in imported
+
+
+# Filters set while a module was being imported, since the last snapshot (kept by the check).
+_import_filters: List[tuple] = []
+
+
+def _watch_filters_set_at_import() -> None:
+    """Note each warnings filter set while a module is being imported, in this process (a rank, at its first snapshot).
+
+    Wraps ``warnings.filterwarnings`` and ``warnings.simplefilter``: the wrapper
+    calls the original with the same arguments and, if an import is in progress
+    (a frame of importlib's bootstrap is on the stack), notes the filter it added.
+    """
+    for name in ("filterwarnings", "simplefilter"):
+        original = getattr(warnings, name)
+
+        def add_filter(*args: Any, _original: Callable = original, **kwargs: Any) -> Any:
+            if not _importing(sys._getframe(1)):
+                return _original(*args, **kwargs)
+            before = list(warnings.filters)
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                _import_filters.extend(f for f in warnings.filters if f not in before)
+
+        add_filter.__name__, add_filter.__doc__ = original.__name__, original.__doc__
+        add_filter.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(warnings, name, add_filter)
+
+
+_IMPORT_FRAMES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+
+
+def _importing(frame: Optional[Any]) -> bool:
+    """Whether an import is in progress at ``frame`` (importlib runs the module's code under its own frames)."""
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if file in _IMPORT_FRAMES or file.endswith((os.path.join("importlib", "_bootstrap.py"),
+                                                    os.path.join("importlib", "_bootstrap_external.py"))):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _filter_text(entry: tuple) -> str:

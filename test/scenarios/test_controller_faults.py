@@ -3,16 +3,21 @@
 ``InterruptedWaitTest.test_a_slow`` gets an exception raised in the controller one
 second into the test, while the controller waits for its ranks, as pytest-timeout's
 signal method raises one (the ranks sleep on).  The tests after it are innocent.
+``RunnerTimeoutTest`` is the same under pytest-timeout itself (``--timeout 2``).
 ``TearDownInRanksTest`` has a ``tearDown`` that only works in a rank (it uses the
 process group): under ``pytest --pdb`` it must not run in the controller.
+``FreshTest`` runs in fresh ranks.  Every rank that runs a test of
+``TearDownInRanksTest`` or ``FreshTest`` leaves a file in ``$MARK_DIR`` (when
+set): a bad setting must fail the test before any rank runs it.
 """
+import os
 import signal
 import time
 
 import torch
 import torch.distributed as dist
 
-from continuous_test import MultiProcContinuousTest, _role, run_tests
+from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, _role, run_tests
 
 
 class ControllerTimeout(Exception):
@@ -35,6 +40,7 @@ class Gloo(MultiProcContinuousTest):
         return "cpu"
 
     def _sum(self):
+        _mark(self)
         t = torch.ones(2)
         dist.all_reduce(t)
         self.assertEqual(t.tolist(), [2.0, 2.0])
@@ -62,6 +68,22 @@ class InterruptedWaitTest(Gloo):
         self._sum()
 
 
+class RunnerTimeoutTest(Gloo):
+    """For a runner's real timeout (``pytest --timeout 2`` with pytest-timeout): only test_a_slow exceeds it."""
+
+    def test_a_slow(self):
+        if os.environ.get("MARK_DIR"):  # the rank's pid, for the check that it ended
+            with open(os.path.join(os.environ["MARK_DIR"], f"slow-{self.rank}"), "w") as f:
+                f.write(str(os.getpid()))
+        time.sleep(20)
+
+    def test_b_innocent(self):
+        self._sum()
+
+    def test_c_innocent(self):
+        self._sum()
+
+
 class TearDownInRanksTest(Gloo):
     def tearDown(self):
         dist.barrier()  # a process-group call: it only works in a rank
@@ -72,6 +94,19 @@ class TearDownInRanksTest(Gloo):
 
     def test_b(self):
         self._sum()
+
+
+class FreshTest(MultiProcessTestCase):
+    world_size = 2
+
+    def test_fails_on_purpose(self):
+        _mark(self)
+        self.fail("a failure of its own")
+
+
+def _mark(test):
+    if os.environ.get("MARK_DIR"):
+        open(os.path.join(os.environ["MARK_DIR"], f"{test._testMethodName}-{test.rank}"), "w").close()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""A library that, at its first import, adds its vendored directory to sys.path and a filter for its warnings."""
+"""A library that, at its first import, adds its vendored directory to sys.path and filters for its warnings."""
 import os
 import sys
 import warnings
@@ -7,6 +7,9 @@ VENDOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vendor")
 if VENDOR not in sys.path:
     sys.path.append(VENDOR)
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="fakelib")
+# Filters that name no module of the library: set during its import all the same.
+warnings.filterwarnings("ignore", message=".*fakelib's old api.*")
+warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"fakelib\..*")
 
 _POOL = []
 
