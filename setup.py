@@ -11,7 +11,9 @@ setup(
     python_requires=">=3.10",  # torch 2.13 itself needs 3.10
     install_requires=["torch>=2.2", "numpy", "expecttest"],
     extras_require={
-        "test": ["pytest>=7", "pytest-xdist", "pytest-cov>=7"],  # pytest-cov: test/test_coverage_support.py
+        # pytest-cov: test/test_coverage_support.py; pytest-rerunfailures: a runner users rerun
+        # flaky tests with (test/test_pytest_plugin.py; skipped where it is not installed)
+        "test": ["pytest>=7", "pytest-xdist", "pytest-cov>=7", "pytest-rerunfailures"],
         # Pinned: a new release of either may report new findings and turn CI red on its own.
         "lint": ["mypy==2.4.1", "ruff==0.17.6"],
         # benchmarks/run.py draws its figure with matplotlib (optional: without it, no figure).
