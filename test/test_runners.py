@@ -44,6 +44,16 @@ def test_threads_a_test_file_starts_at_import_work_in_ranks(runner):
     assert passed(runner, proc) == 2, describe(proc)
 
 
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_inherited_tests_run_in_each_classs_own_world(runner, tmp_path):
+    # Held up as working in issue 26: a subclass's inherited tests run in its world, of its size,
+    # once on each of its ranks.
+    proc = RUNNERS[runner]("test_inherited.py", env={"RUNS_DIR": str(tmp_path)})
+    assert passed(runner, proc) == 4, describe(proc)
+    runs = {p.name: p.read_text().split() for p in tmp_path.iterdir()}
+    assert len(runs) == 2 * 2 + 2 * 3 and all(len(classes) == 1 for classes in runs.values()), (runs, describe(proc))
+
+
 @pytest.mark.parametrize("runner", ["pytest", "xdist"])
 def test_a_conftests_process_wide_setup_reaches_ranks_whatever_the_template(runner):
     # Its watchdog thread keeps the controller from being forked as the template;
