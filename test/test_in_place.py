@@ -1,6 +1,7 @@
 """torchrun across two (local) nodes, and srun simulated by its environment variables."""
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -118,6 +119,21 @@ def test_torchrun_a_stuck_rank_is_reported_and_the_rest_skipped():
     assert "time.sleep(60)" in out  # rank 1's stack, in rank 0's report
     why = WORLD_BROKEN.format(test="StuckRank.test_a_rank_1_is_stuck", why="rank 1 timed out")
     assert f"test_b_healthy (__main__.StuckRank.test_b_healthy) ... skipped {why!r}" in out, describe(proc)
+
+
+def test_torchrun_a_hang_in_a_shuffled_order_is_reported_and_the_rest_skipped():
+    # Held up as working in issue 26: every launched rank shuffles alike (one seed), so a
+    # hang is still one rank's time limit, and what comes after it is skipped, not hung.
+    proc = helpers.torchrun(FAULTS, 2, "-v", "StuckRank", env={"CONTINUOUS_TEST_SHUFFLE": "1"})
+    out = proc.stderr
+    assert "test order shuffled with seed 1: CONTINUOUS_TEST_SHUFFLE=1 replays it" in out, describe(proc)
+    order = re.findall(r"^(test_\w+) \(__main__\.StuckRank\.", out, re.M)
+    assert sorted(order) == ["test_a_rank_1_is_stuck", "test_b_healthy"], describe(proc)
+    stuck_first = order[0] == "test_a_rank_1_is_stuck"
+    expected = {"ran": 2, "errors": 1, **({"skipped": 1} if stuck_first else {})}
+    assert unittest_counts(out) == expected, describe(proc)
+    assert "StuckRank.test_a_rank_1_is_stuck exceeded its time limit of 2 s on rank 1" in out, describe(proc)
+    assert ("skipped" if stuck_first else "ok") in out.split("test_b_healthy (__main__.StuckRank.test_b_healthy) ...")[1]
 
 
 def test_srun_world_size_mismatch_names_srun_options():

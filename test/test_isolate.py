@@ -110,6 +110,15 @@ def test_a_failure_is_not_rerun_when_the_rerun_would_outlast_the_budget():
     assert bisect.FAILS_ALONE.format(test="test_slow_failure") in proc.stderr, describe(proc)
 
 
+def test_a_hang_ended_by_the_process_groups_timeout_is_not_rerun():
+    # The budget (120 s) has room for a 2 s rerun, but it would hang as long again.
+    proc = helpers.python("test_rerun_limits.py", "PgTimeoutTest")
+    assert unittest_counts(proc.stderr) == {"ran": 1, "errors": 1}, describe(proc)
+    assert "Timed out waiting" in proc.stderr, describe(proc)
+    assert bisect.NOT_RERUN_HUNG in proc.stderr, describe(proc)
+    assert "rerun and bisect (" not in proc.stderr, describe(proc)
+
+
 class _FakeReplayer:
     """Stands for bisect's replayer: a sequence fails when it holds every culprit before the failed test."""
 

@@ -153,6 +153,24 @@ def test_environment_cwd_and_path_are_put_back(tmp_path):
     assert "CT_LEAK_UNIT" not in os.environ and os.getcwd() == cwd and sys.path == path
 
 
+def test_a_changed_or_removed_variable_is_put_back(monkeypatch):
+    # A variable the test added is deleted again; one it changed or removed must get
+    # its old value back, not only be reported as put back.
+    monkeypatch.setenv("CT_LEAK_CHANGED", "before")
+    monkeypatch.setenv("CT_LEAK_REMOVED", "there")
+
+    def change():
+        os.environ["CT_LEAK_CHANGED"] = "after"
+        del os.environ["CT_LEAK_REMOVED"]
+
+    report = _check(change)
+    assert set(report.leaks) == {
+        outcome.Leak("environment variable CT_LEAK_CHANGED", "'before'", "'after'", True),
+        outcome.Leak("environment variable CT_LEAK_REMOVED", "'there'", "unset", True),
+    }
+    assert os.environ.get("CT_LEAK_CHANGED") == "before" and os.environ.get("CT_LEAK_REMOVED") == "there"
+
+
 @pytest.mark.parametrize("change, item", [
     (lambda: torch.set_grad_enabled(False), "grad mode"),
     (lambda: torch.set_num_threads(max(1, torch.get_num_threads() + 1)), "torch intra-op threads"),

@@ -130,6 +130,16 @@ def test_a_world_size_marker_on_one_test_of_a_shared_world_is_a_usage_error(sele
         in proc.stderr, describe(proc)
 
 
+@pytest.mark.parametrize("xdist", [False, True])
+def test_pytest_rerunfailures_reruns_a_flaky_test_of_a_shared_world(tmp_path, xdist):
+    # Held up as working in issue 26: the plugin runs the same item again; its ranks run it again.
+    pytest.importorskip("pytest_rerunfailures")
+    proc = helpers.pytest("test_rerunfailures.py", "--reruns", "1", *(["-n", "2"] if xdist else []),
+                          env={"FLAKY_DIR": str(tmp_path)})
+    assert pytest_counts(proc.stdout) == {"passed": 3, "rerun": 1}, describe(proc)
+    assert (tmp_path / "failed-once").exists(), describe(proc)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
 

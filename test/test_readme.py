@@ -1,6 +1,7 @@
 """README.rst and docs/ stay true: every Python example runs, the failure report shown is
 what a run prints, quoted benchmark rows equal the generated ones, every module is listed,
-and test/README.rst maps every CONTINUOUS_TEST_* variable to tests that name it."""
+and test/README.rst maps every CONTINUOUS_TEST_* variable to tests that name it and names every
+test file and scenario."""
 from __future__ import annotations
 
 import ast
@@ -199,6 +200,16 @@ def _literal_block_after(text: str, heading: str) -> str:
     found = re.search(r"::\n\n((?:(?:    .*)?\n)+)", section)
     assert found, f"no literal block under {heading!r}"
     return _unindent(found.group(1)).strip() + "\n"
+
+
+def test_test_readme_names_every_test_file_and_scenario():
+    # The map says which test covers which module: a test file or scenario it leaves
+    # out covers something nobody can find from there (issue 26 found several).
+    text = (ROOT / "test" / "README.rst").read_text()
+    names = [p.name for p in sorted((ROOT / "test").glob("test_*.py"))]
+    names += [p.stem for p in sorted((ROOT / "test" / "scenarios").glob("*.py"))]
+    missing = [name for name in names if name not in text]
+    assert missing == [], f"name these in test/README.rst, with the modules they cover: {missing}"
 
 
 def test_the_install_steps_work_literally_in_a_fresh_venv(tmp_path):

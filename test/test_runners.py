@@ -1,4 +1,4 @@
-"""The same file gives the same verdicts under every runner: ``python file.py``, ``python -m unittest``, pytest."""
+"""The same file gives the same verdicts under every runner: ``python file.py``, ``python -m unittest``, pytest, xdist."""
 from __future__ import annotations
 
 import sys
@@ -11,12 +11,14 @@ RUNNERS = {
     "python": lambda scenario, env=None: helpers.python(scenario, env=env),
     "unittest": lambda scenario, env=None: helpers.run([sys.executable, "-m", "unittest", scenario[:-3]], env=env),
     "pytest": lambda scenario, env=None: helpers.pytest(scenario, env=env),
+    # xdist's workers run threads of their own: their ranks always come from the fresh-interpreter template.
+    "xdist": lambda scenario, env=None: helpers.pytest(scenario, "-n", "2", env=env),
 }
 
 
 def passed(runner: str, proc) -> int:
     """How many tests passed, by the runner's own summary (no failures, errors or skips allowed)."""
-    if runner == "pytest":
+    if runner in ("pytest", "xdist"):
         counts = pytest_counts(proc.stdout)
         assert set(counts) == {"passed"}, describe(proc)
         return counts["passed"]
@@ -42,16 +44,28 @@ def test_threads_a_test_file_starts_at_import_work_in_ranks(runner):
     assert passed(runner, proc) == 2, describe(proc)
 
 
-def test_a_conftests_process_wide_setup_reaches_ranks_whatever_the_template():
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_inherited_tests_run_in_each_classs_own_world(runner, tmp_path):
+    # Held up as working in issue 26: a subclass's inherited tests run in its world, of its size,
+    # once on each of its ranks.
+    proc = RUNNERS[runner]("test_inherited.py", env={"RUNS_DIR": str(tmp_path)})
+    assert passed(runner, proc) == 4, describe(proc)
+    runs = {p.name: p.read_text().split() for p in tmp_path.iterdir()}
+    assert len(runs) == 2 * 2 + 2 * 3 and all(len(classes) == 1 for classes in runs.values()), (runs, describe(proc))
+
+
+@pytest.mark.parametrize("runner", ["pytest", "xdist"])
+def test_a_conftests_process_wide_setup_reaches_ranks_whatever_the_template(runner):
     # Its watchdog thread keeps the controller from being forked as the template;
     # the fresh-interpreter template never ran the conftest's set_default_dtype.
-    proc = helpers.pytest("conftest_thread/test_conftest_setup.py")
-    assert passed("pytest", proc) == 3, describe(proc)
+    proc = RUNNERS[runner]("conftest_thread/test_conftest_setup.py")
+    assert passed(runner, proc) == 3, describe(proc)
 
 
 @pytest.mark.parametrize("runner", sorted(RUNNERS))
 def test_ranks_never_see_what_tests_before_their_world_changed_in_the_controller(runner):
     # python -m unittest used to make the template at the first world start, after
-    # the plain test before it had changed the module's state.
+    # a plain test, its class's setUpClass and the shared class's own setUpClass had
+    # changed the module's state in the controller.
     proc = RUNNERS[runner]("test_late_state.py")
     assert passed(runner, proc) == 2, describe(proc)

@@ -101,8 +101,11 @@ def test_bad_start_method_lists_the_choices(monkeypatch):
 def test_a_fork_a_test_makes_in_a_rank_leaves_its_garbage_collector_alone(method):
     # Only the template freezes its objects before a fork (so that ranks share its
     # pages); a rank's own forks (a DataLoader worker, a multiprocessing start) must not.
-    proc = helpers.python("test_forks.py", env={"CONTINUOUS_TEST_START_METHOD": method})
-    assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
+    # The controller's own fork (a plain test, after the world ran) must not either.
+    proc = helpers.python("test_forks.py", "-v", env={"CONTINUOUS_TEST_START_METHOD": method})
+    assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
+    assert "test_a_cycle_is_collected_after_a_fork_in_the_controller (__main__.ZControllerForkTest" in proc.stderr, \
+        describe(proc)
 
 
 def _forks_scenario():

@@ -231,6 +231,24 @@ def test_a_forked_child_that_returns_through_the_harness_ends_there():
     assert "ProtocolError" not in proc.stderr, describe(proc)
 
 
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+def test_a_keyboard_interrupt_a_rank_raises_is_its_tests_error_and_the_run_goes_on(runner):
+    # Held up as working in issue 26: only the controller's own Ctrl-C stops the run.
+    if runner == "python":
+        proc = helpers.python("test_rank_interrupt.py", "-v")
+        assert helpers.unittest_counts(proc.stderr) == {"ran": 4, "errors": 2}, describe(proc)
+        for cls in ("SharedInterrupt", "FreshInterrupt"):
+            assert f"test_b_innocent (__main__.{cls}.test_b_innocent) ... ok" in proc.stderr, describe(proc)
+    else:
+        proc = helpers.pytest("test_rank_interrupt.py", "-rA")
+        assert helpers.pytest_counts(proc.stdout) == {"failed": 2, "passed": 2}, describe(proc)
+        assert "Interrupted" not in proc.stdout + proc.stderr, describe(proc)
+    out = proc.stdout + proc.stderr
+    assert "rank 1 died with exit code 1 while running SharedInterrupt.test_a_interrupted" in out, describe(proc)
+    assert "FreshInterrupt.test_a_interrupted failed on rank 1 of 2 (rank 0 passed)" in out, describe(proc)
+    assert "KeyboardInterrupt" in out, describe(proc)
+
+
 def test_a_skip_on_one_rank_while_a_peer_waits_is_reported_within_the_grace_period():
     started = time.monotonic()
     proc = helpers.python("test_skip_on_one_rank.py", "-v", env={"CONTINUOUS_TEST_BISECT": "off"})

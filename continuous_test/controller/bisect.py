@@ -24,8 +24,9 @@ public API only (``start()``, ``run_test()``, ``stop()``), with the same
 environment, so the same shuffle seed and RNG seed.  The time spent is bounded
 per process by ``CONTINUOUS_TEST_BISECT`` (``--ct-bisect``) seconds, which also
 turns it off (``off`` or 0).  Under torchrun or srun tests never come here: the
-ranks cannot be re-forked.  A test that exceeded its time limit is not rerun:
-the rerun would wait as long again.
+ranks cannot be re-forked.  A test that exceeded its time limit, or whose
+collective ended in the process group's timeout, is not rerun: the rerun would
+wait as long again.
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ __all__ = [
     "NOTE_HEADER",
     "NOT_RERUN",
     "NOT_RERUN_LONG",
+    "NOT_RERUN_HUNG",
     "INTERRUPTED",
     "INTERRUPTED_STOP",
 ]
@@ -79,6 +81,8 @@ STOPPED = "  rerun/bisect stopped: {why}. {found}"
 BUDGET_SPENT = "its time budget is spent (CONTINUOUS_TEST_BISECT={budget:g} seconds per run)"
 PREDECESSOR_FAILED = "{test}, an earlier test, failed during the replay"
 NOT_RERUN = "continuous_test: not rerun in a fresh world: it exceeded its time limit, and a rerun would wait as long again."
+NOT_RERUN_HUNG = ("continuous_test: not rerun in a fresh world: a collective ended in the process group's timeout, "
+                  "and a rerun would wait as long again.")
 NOT_RERUN_LONG = (
     "continuous_test: not rerun in a fresh world: it ran {seconds:.0f} s, and a rerun would take as long, "
     "more than the {left:.0f} s left of the rerun budget (CONTINUOUS_TEST_BISECT)."
@@ -121,6 +125,9 @@ def after_test(world: World, plan: TestPlan, verdict: Verdict) -> Verdict:
             note = None
         elif _timed_out(verdict):
             note = NOT_RERUN
+            run_log.log().diagnosed(run_log.NOT_RERUN, text=note)
+        elif verdict.backend_timeout:
+            note = NOT_RERUN_HUNG
             run_log.log().diagnosed(run_log.NOT_RERUN, text=note)
         elif verdict.duration >= budget - _spent:
             note = NOT_RERUN_LONG.format(seconds=verdict.duration, left=max(0.0, budget - _spent))

@@ -19,6 +19,7 @@ controller and by every launched rank.
 from __future__ import annotations
 
 import enum
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -114,6 +115,8 @@ class Verdict:
     duration: float = 0.0
     # Ctrl-C came while its failure was diagnosed: the runner records the failure, then stops.
     interrupted: bool = False
+    # A rank's collective ended in the backend's own timeout (the process group's): a hang.
+    backend_timeout: bool = False
 
     @property
     def failed(self) -> bool:
@@ -130,6 +133,9 @@ _FAULT_STATUS = {
     FaultKind.INTERRUPTED: RankStatus.INTERRUPTED,
 }
 _DEATHS = (FaultKind.DIED, FaultKind.TEMPLATE_DIED)
+# How the backends word a collective that outlived the process group's timeout:
+# gloo raises it in the test; NCCL's watchdog, where it raises rather than aborts.
+BACKEND_TIMEOUT = re.compile(r"Timed out waiting \d+ ?ms for \w+ operation|Watchdog caught collective operation timeout")
 
 
 # -- merging ------------------------------------------------------------------------
@@ -188,6 +194,8 @@ def merge(
     # After a failure the next test starts in a new world, a declared one included: a
     # collective one rank made before it failed may be unmatched on another.
     verdict.restart_world = bool(faults) or verdict.failed
+    verdict.backend_timeout = any(BACKEND_TIMEOUT.search(record.message) for outcome in outcomes.values()
+                                  for event in outcome.events for record in event.errors)
     leak_reports = {r: o.leaks for r, o in outcomes.items() if o.leaks is not None}
     if leak_reports:
         _judge_leaks(test, verdict, leak_reports, restartable)

@@ -2,11 +2,13 @@
 
 In a rank (``ForkTest``), a test builds a reference cycle, forks a child that exits
 at once (as a DataLoader worker or a multiprocessing start does), drops the cycle
-and collects: the cycle must be gone.  Run under both templates (``fork`` and
-``forkserver``, by ``CONTINUOUS_TEST_START_METHOD``).
+and collects: the cycle must be gone.  ``ZControllerForkTest`` does the same in the
+controller, after the template was made and a world ran.  Run under both templates
+(``fork`` and ``forkserver``, by ``CONTINUOUS_TEST_START_METHOD``).
 """
 import gc
 import os
+import unittest
 import weakref
 
 from continuous_test import MultiProcContinuousTest, run_tests
@@ -46,6 +48,11 @@ class ForkTest(MultiProcContinuousTest):
 
     def test_b_again(self):
         self.assertFalse(cycle_survives_a_fork())
+
+
+class ZControllerForkTest(unittest.TestCase):
+    def test_a_cycle_is_collected_after_a_fork_in_the_controller(self):
+        self.assertFalse(cycle_survives_a_fork(), "a fork froze the controller's objects: the cycle was never collected")
 
 
 if __name__ == "__main__":

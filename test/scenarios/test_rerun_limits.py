@@ -3,12 +3,15 @@
 ``ExpectedFailuresTest``: three ``@unittest.expectedFailure`` tests fail on every rank,
 as they declare; they are not rerun (its class prints ``WORLD_STARTS <n>``).  ``LongFailureTest``: a test that fails after
 ``SLOW_SECONDS`` is rerun only while the rerun budget (``CONTINUOUS_TEST_BISECT``)
-has that long left.
+has that long left.  ``PgTimeoutTest``: rank 1 waits in a collective rank 0 never
+makes until the process group's timeout (2 s) ends it; a rerun would wait as long
+again, however much budget is left.
 """
 import os
 import sys
 import time
 import unittest
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -59,6 +62,14 @@ class LongFailureTest(Gloo):
     def test_slow_failure(self):
         time.sleep(float(os.environ.get("SLOW_SECONDS", "2")))
         self.fail("slow and failing")
+
+
+class PgTimeoutTest(Gloo):
+    timeout = timedelta(seconds=2)
+
+    def test_peer_never_arrives(self):
+        if self.rank == 1:
+            dist.all_reduce(torch.ones(2))
 
 
 if __name__ == "__main__":
