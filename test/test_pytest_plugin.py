@@ -1,6 +1,7 @@
 """The pytest plugin, @distributed functions and pytest-xdist, driven through real pytest runs."""
 from __future__ import annotations
 
+import os
 import re
 import sys
 import xml.etree.ElementTree as ET
@@ -130,12 +131,28 @@ def test_a_world_size_marker_on_one_test_of_a_shared_world_is_a_usage_error(sele
         in proc.stderr, describe(proc)
 
 
+@pytest.fixture(scope="module")
+def rerunfailures(tmp_path_factory) -> str:
+    """A directory holding pytest-rerunfailures, installed for these tests alone.
+
+    Not in the test extra: installed beside every other test, its xdist support
+    (a server thread in the controller, a socket in each worker) would be part
+    of every pytest run of the suite.
+    """
+    target = tmp_path_factory.mktemp("rerunfailures")
+    proc = helpers.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                        "pytest-rerunfailures"], timeout=300)
+    if proc.returncode != 0:
+        pytest.skip(f"pytest-rerunfailures could not be installed: {proc.stderr[-500:]}")
+    return str(target)
+
+
 @pytest.mark.parametrize("xdist", [False, True])
-def test_pytest_rerunfailures_reruns_a_flaky_test_of_a_shared_world(tmp_path, xdist):
+def test_pytest_rerunfailures_reruns_a_flaky_test_of_a_shared_world(tmp_path, xdist, rerunfailures):
     # Held up as working in issue 26: the plugin runs the same item again; its ranks run it again.
-    pytest.importorskip("pytest_rerunfailures")
+    path = os.pathsep.join(p for p in (rerunfailures, str(helpers.ROOT), os.environ.get("PYTHONPATH")) if p)
     proc = helpers.pytest("test_rerunfailures.py", "--reruns", "1", *(["-n", "2"] if xdist else []),
-                          env={"FLAKY_DIR": str(tmp_path)})
+                          env={"FLAKY_DIR": str(tmp_path), "PYTHONPATH": path})
     assert pytest_counts(proc.stdout) == {"passed": 3, "rerun": 1}, describe(proc)
     assert (tmp_path / "failed-once").exists(), describe(proc)
 
