@@ -208,6 +208,11 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
         super().assertExpectedInline(actual, expect, skip=skip + 1, **kwargs)
 
 
+NO_SHARED_TEMP_DIR = ("{cls}.shared_temp_dir exists in the ranks of a world the controller started, while a test "
+                      "runs; under a launcher (torchrun, srun) the ranks may not share a file system: use a "
+                      "directory of your own there")
+
+
 class MultiProcContinuousTest(TestCase):
     """Run every test on every rank of one world that lives as long as the class."""
 
@@ -282,6 +287,25 @@ class MultiProcContinuousTest(TestCase):
         if device == "cpu":
             return torch.device("cpu")
         return torch.device(device, int(os.environ.get("LOCAL_RANK", "0")))
+
+    # Set in a rank for each test (rank.run.run_one): the path of its shared_temp_dir.
+    _ct_shared_temp_dir: Optional[str] = None
+
+    @property
+    def shared_temp_dir(self) -> str:
+        """A directory of this test's own, the same path on every rank of its world, made on first use (0700).
+
+        It is empty when the test starts, and removed once every rank reported the
+        test, so no test sees another's files: a suite's file barrier or a file each
+        rank writes for the others (``TEMP_DIR`` in torch's ``distributed_test.py``)
+        goes there.  In a rank of a controller's world only; under a launcher the
+        ranks may not share a file system, and this raises ``RuntimeError``.
+        """
+        path = self._ct_shared_temp_dir
+        if path is None:
+            raise RuntimeError(NO_SHARED_TEMP_DIR.format(cls=type(self).__qualname__))
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        return path
 
     # -- running ---------------------------------------------------------------------
 

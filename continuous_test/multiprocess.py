@@ -150,6 +150,19 @@ class MultiProcessTestCase(TestCase):
         return True
 
     @property
+    def shared_temp_dir(self) -> str:
+        """This test's own directory, the same on every rank and in the controller; removed after the test.
+
+        The rendezvous file (``self.file_name``) lies in it; a suite's file barrier
+        or the files its ranks write for each other may go there too.
+        """
+        if self._test_dir is not None:
+            return self._test_dir
+        if self.file_name is None:
+            raise RuntimeError(f"{type(self).__qualname__}.shared_temp_dir: the test's ranks were not started")
+        return os.path.dirname(self.file_name)
+
+    @property
     def is_master(self) -> bool:
         """True on rank 0."""
         return self.rank == 0

@@ -42,21 +42,51 @@ if "TEMP_DIR" not in os.environ:
 torch.backends.cuda.matmul.allow_tf32 = False
 
 if os.environ.get("CT_SUITE_ENGINE", "ours") == "ours":
-    from continuous_test import run_tests
-    from continuous_test.migrate import replaced
+    from datetime import timedelta
 
-    with replaced():
-        from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend
+    from torch.testing._internal.distributed.distributed_test import (
+        CUSTOM_PG_TIMEOUT,
+        Barrier,
+        DistributedTest,
+        default_pg_timeout,
+    )
+
+    from continuous_test import MultiProcContinuousTest, changes_its_world, run_tests
+    from continuous_test.fresh_worlds import either
+
+    class TestDistBackendWithSpawn(MultiProcContinuousTest, DistributedTest._DistTestBase):
+        """torch's suite in one world of ``WORLD_SIZE`` ranks, but for the tests that change their world."""
+
+        world_size = int(os.environ["WORLD_SIZE"])
+        timeout = timedelta(seconds=default_pg_timeout)
+        # A world of their own: tests that make or destroy the default group, change a
+        # variable the rendezvous reads or end a rank (read from their source), and those
+        # torch gives a process-group timeout of their own.
+        fresh_world_tests = either(changes_its_world, CUSTOM_PG_TIMEOUT)
+
+        @classmethod
+        def backend_str(cls):
+            return os.environ["BACKEND"]
+
+        def setUp(self):
+            # TestDistBackend.setUp's directories, per test and shared by the ranks: the
+            # file barrier (Barrier), test_get_rank's files and the lock file live there.
+            super().setUp()
+            temp = self.shared_temp_dir
+            for name in ("barrier", "test_dir", "init_dir"):
+                os.makedirs(os.path.join(temp, name), exist_ok=True)
+            self.addCleanup(os.environ.__setitem__, "TEMP_DIR", os.environ["TEMP_DIR"])
+            os.environ["TEMP_DIR"] = temp
+            Barrier.barrier_id = 0
 else:
     from torch.testing._internal.common_utils import run_tests
     from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend
 
-
-class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
-    def setUp(self):
-        super().setUp()
-        self._spawn_processes()
-        torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
+    class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+        def setUp(self):
+            super().setUp()
+            self._spawn_processes()
+            torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
 
 
 if __name__ == "__main__":

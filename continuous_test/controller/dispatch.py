@@ -9,6 +9,9 @@
                                                       │ (a bad value fails the test here, before anything is sent)
                                                       ▼
         world.start_world_for(cls) ─► World.run_test(plan, then=next plan) ─► bisect.after_test ─► Verdict
+          │
+          └ a test that wants a world of its own (:mod:`continuous_test.fresh_worlds`):
+            World(cls) started ─► World.run_test(plan, leak check off) ─► stopped ─► Verdict
 
 A test class's verdict is raised inside unittest's own run of the test
 (:func:`continuous_test.verdict.replay.run_with`); a function's, inside pytest's
@@ -21,12 +24,12 @@ from __future__ import annotations
 import unittest
 from typing import Callable, Dict, List, Optional
 
-from continuous_test import config, sizes
+from continuous_test import config, fresh_worlds, sizes
 from continuous_test.controller import ahead, bisect, devices, progress, world
 from continuous_test.controller.world import TestPlan
-from continuous_test.errors import ConfigError
+from continuous_test.errors import ConfigError, RankDiedError
 from continuous_test.verdict import replay
-from continuous_test.verdict.merge import Verdict
+from continuous_test.verdict.merge import Status, Verdict
 from continuous_test.wire.env import ENV_AHEAD
 
 __all__ = ["run", "function_verdict", "plan", "run_settings", "stop_class"]
@@ -62,16 +65,18 @@ def run(case: unittest.TestCase, result: Optional[unittest.TestResult]) -> Optio
     planned: Optional[TestPlan] = None
     error: Optional[ConfigError] = None
     following: Optional[str] = None
+    own_world = False
     try:
         planned = plan(cls, method, replay.short_id(case))
-        if run_settings():
+        own_world = fresh_worlds.wanted(cls, method)
+        if run_settings() and not own_world:
             following = ahead.next_test(case)
     except ConfigError as exc:  # raised inside the test, so that the runner reports it as the test's error
         planned, error = None, exc
     produced: List[Verdict] = []
 
     def produce() -> Verdict:
-        produced.append(_verdict(cls, planned, error, following))
+        produced.append(_verdict(cls, planned, error, following, own_world))
         return produced[-1]
 
     outcome = replay.run_with(case, result, produce)
@@ -94,10 +99,13 @@ def _stop_after_this_test() -> None:
     progress.stop_after_this_test(bisect.INTERRUPTED_STOP)
 
 
-def _verdict(cls: type, planned: Optional[TestPlan], error: Optional[ConfigError], following: Optional[str]) -> Verdict:
+def _verdict(cls: type, planned: Optional[TestPlan], error: Optional[ConfigError], following: Optional[str],
+             own_world: bool = False) -> Verdict:
     if planned is None:
         assert error is not None
         raise error
+    if own_world:
+        return _run_in_a_world_of_its_own(cls, planned)
     return _run_in_world(cls, planned, _next_plan(cls, following, planned.method))
 
 
@@ -117,6 +125,27 @@ def _run_in_world(cls: type, planned: TestPlan, then: Optional[Callable[[], Opti
     return bisect.after_test(started, planned, verdict)
 
 
+def _run_in_a_world_of_its_own(cls: type, planned: TestPlan) -> Verdict:
+    """Run one test in a world started for it alone and stopped after it (:mod:`continuous_test.fresh_worlds`).
+
+    The class's shared world, if it runs, is left as it is for the class's other
+    tests.  Nothing the test leaves can reach another test, so its leak check is
+    off, and a failure is neither rerun nor bisected.
+    """
+    import dataclasses
+
+    own = world.World(cls, config.resolve(cls, _size(planned.method)))
+    own.purpose = "a world of its own"
+    try:
+        own.start()
+        verdict = own.run_test(dataclasses.replace(planned, leak_policy="off"))
+    finally:
+        deaths = own.stop()
+    if deaths and verdict.status is Status.PASS:  # a rank that died after its test passed, before it stopped
+        return Verdict(Status.FAIL, error=RankDiedError("\n".join(d.describe(cls) for d in deaths)))
+    return verdict
+
+
 def _size(method: str) -> Optional[int]:
     sized = sizes.parse(method)
     return sized[1] if sized else None
@@ -124,8 +153,8 @@ def _size(method: str) -> Optional[int]:
 
 def _next_plan(cls: type, following: Optional[str], current: str) -> Optional[Callable[[], Optional[TestPlan]]]:
     """What the world may send ahead once every rank passed: the next test's plan, or None."""
-    if following is None or _size(following) != _size(current):
-        return None  # no next test, or it runs in the world of another size
+    if following is None or _size(following) != _size(current) or fresh_worlds.wanted(cls, following):
+        return None  # no next test, or it runs in the world of another size, or in one of its own
 
     def next_plan() -> Optional[TestPlan]:
         if getattr(cls, following, None) is None:

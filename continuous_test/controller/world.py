@@ -49,7 +49,7 @@ from continuous_test.verdict import timeline
 from continuous_test.verdict.merge import Verdict, merge
 from continuous_test.verdict.text import prefix_lines
 from continuous_test.wire import messages
-from continuous_test.wire.messages import InitFailed, Ready, RunTest, Shutdown, Stacks, TestDone
+from continuous_test.wire.messages import InitFailed, Ready, RunTest, Shutdown, Stacks, TestDone, shared_temp_dir
 from continuous_test.wire.outcome import FaultKind, RankFault, RankOutcome, exit_description
 
 __all__ = [
@@ -291,6 +291,8 @@ class World:
                         grace=self.grace, time_limit=time_limit, note=RESTART_NOTE.format(n=self.world_size),
                         timeline=self._timeline(waited.faults))
         verdict.duration = time.monotonic() - sent_at
+        if self.dir is not None:  # the test's shared_temp_dir, if a rank made it
+            shutil.rmtree(shared_temp_dir(self.dir, seq), ignore_errors=True)
         run_log.log().test_ran(run_log.log().lane_of(self), test_id, sent_at, verdict, outcomes)
         self._after_test(waited, verdict, outcomes, outputs)
         return verdict

@@ -404,8 +404,9 @@ def _call(index: int, *args: Any, **kwargs: Any) -> Any:
     _inside.depth = 1
     try:
         result = original(*args, **kwargs)
-    except BaseException:
+    except BaseException as exc:
         ring.mm[status] = tl.STATUS_RAISED
+        _note_failed_call(exc)
         raise
     finally:
         _inside.depth = 0
@@ -441,6 +442,31 @@ def _raised(token: Any) -> None:
         _inside.depth = 0
         ring, status = token
         ring.mm[status] = tl.STATUS_RAISED
+        _note_failed_call(sys.exc_info()[1])
+
+
+# Whether a call of the current test failed in a way that may leave its group's
+# connections broken (a timeout, a closed connection): not a ValueError or TypeError,
+# which torch raises while it checks the arguments, before any communication.
+_call_failed = False
+
+
+def _note_failed_call(exc: Optional[BaseException]) -> None:
+    global _call_failed
+    if not isinstance(exc, (ValueError, TypeError)):
+        _call_failed = True
+
+
+def a_call_failed() -> bool:
+    """Whether a recorded call of the current test raised other than while checking its arguments.
+
+    The test may have caught it and passed, but the group's connections may be
+    broken (gloo closes a pair whose operation timed out: every later call on that
+    group fails with "Application timeout caused pair closure"), so the world
+    makes its default group again before the next test.  Nothing is known where
+    recording is off.
+    """
+    return _call_failed
 
 
 _call.begin, _call.end, _call.raised = _begin, _end, _raised  # type: ignore[attr-defined]
@@ -524,6 +550,8 @@ def begin_test(case: Any) -> None:
     ring = _ring
     if ring is None:
         return
+    global _call_failed
+    _call_failed = False
     on = _enabled_for(type(case), getattr(case, "_testMethodName", ""))
     ring.begin(on)
     _active = ring if on else None

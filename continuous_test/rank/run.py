@@ -29,7 +29,7 @@ import continuous_test
 from continuous_test.rank import leaks, recorder
 from continuous_test.rank.result import RankResult, take_expect_values
 from continuous_test.wire.env import ENV_TEMPLATE_PID
-from continuous_test.wire.messages import RankSpec, RunTest
+from continuous_test.wire.messages import RankSpec, RunTest, shared_temp_dir
 from continuous_test.wire.outcome import EventKind, RankOutcome
 
 
@@ -199,20 +199,33 @@ def run_one(cls: type, message: RunTest, spec: RankSpec) -> RankOutcome:
         cls = import_test_class(cls.__module__, cls.__qualname__, None, message.method)
     case = cls(message.method)
     case.rank = spec.rank
+    case._ct_shared_temp_dir = shared_temp_dir(spec.world_dir, message.seq)
     if message.kwargs is not None:
         case.call_kwargs = message.kwargs
     return run_case(case, spec.rank, message.leak_policy)
+
+
+# The process groups of before the last test: those it made are released when the next test starts.
+_release_before_next: Optional[AbstractSet[Any]] = None
 
 
 def run_case(case: unittest.TestCase, rank: int, policy: str) -> RankOutcome:
     """Run ``case`` for real on this rank and record what unittest saw.
 
     Every test starts from the same RNG seed on every rank, and process groups the
-    test created (other than the default one) are destroyed after it.  Unless the
+    test created (other than the default one) are destroyed before the next test,
+    once every rank has ended this one: a rank that ends first must not close its
+    connections while a peer still uses them (a peer's barrier on the group would
+    fail at once with "Connection closed" instead of timing out, as in torch's
+    ``test_barrier_timeout_full_group``).  Unless the
     leak ``policy`` (resolved by whoever controls the test) is ``off``,
     process-global state is compared with a snapshot taken before it
     (:mod:`continuous_test.rank.leaks`), and put back.
     """
+    global _release_before_next
+    if _release_before_next is not None:  # every rank ended the test that made them
+        _release_subgroups(_release_before_next)
+        _release_before_next = None
     before = leaks.take() if policy != "off" else None
     groups = before.groups if before is not None else _group_names()
     recorder.begin_test(case)
@@ -220,9 +233,11 @@ def run_case(case: unittest.TestCase, rank: int, policy: str) -> RankOutcome:
     result = RankResult()
     run_real(case, result)
     report = leaks.check(before, policy, lambda: own_files(case)) if before is not None else None
-    _release_subgroups(groups)
+    _release_before_next = groups
     flush_output()
-    return RankOutcome(rank, result.events, group_changed=default_group_changed(), leaks=report,
+    # A call that failed may have broken the default group's connections: the world makes it again.
+    changed = default_group_changed() or recorder.a_call_failed()
+    return RankOutcome(rank, result.events, group_changed=changed, leaks=report,
                        expect_values=take_expect_values())
 
 

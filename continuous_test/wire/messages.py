@@ -14,6 +14,7 @@ Stdlib only (and :mod:`continuous_test.wire.outcome`): both sides import it.
 from __future__ import annotations
 
 import enum
+import os
 import pickle
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -22,6 +23,7 @@ from continuous_test.wire.outcome import ErrorRecord, Event, EventKind, RankOutc
 
 __all__ = [
     "RankKind",
+    "shared_temp_dir",
     "ClassSettings",
     "send",
     "recv",
@@ -193,3 +195,12 @@ def send(conn: Any, message: Any) -> None:
 def recv(conn: Any) -> Any:
     """Receive one message; raises EOFError when the other end has gone."""
     return pickle.loads(conn.recv_bytes())
+
+
+def shared_temp_dir(world_dir: str, seq: int) -> str:
+    """The path of the ``shared_temp_dir`` of test ``seq`` of the world in ``world_dir``.
+
+    A rank makes it on first use (every rank of the world sees the same path); the
+    controller removes it once every rank reported the test.
+    """
+    return os.path.join(world_dir, "shared", str(seq))

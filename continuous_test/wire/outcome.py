@@ -168,7 +168,8 @@ class RankOutcome:
 
     rank: int
     events: List[Event] = field(default_factory=list)
-    # The default process group was destroyed or replaced: the world makes a new one.
+    # The default process group was destroyed or replaced, or a call of the test failed
+    # (its connections may be broken): the world makes a new one before the next test.
     group_changed: bool = False
     requested_exit: Optional[int] = None
     # Values accepted by expecttest (only under EXPECTTEST_ACCEPT=1): ranks must agree.

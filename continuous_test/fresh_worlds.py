@@ -1,0 +1,187 @@
+"""Tests of a shared-world class that run in a world of their own: ``@fresh_world`` and ``fresh_world_tests``.
+
+Most tests of a suite can share one world; a few cannot, because they change
+the world itself: they destroy or re-create the default process group, change
+an environment variable that ``init_process_group`` reads (``MASTER_PORT``),
+or end a rank on purpose.  In torch's own suites every test pays for fresh
+processes because of those few.  Here a :class:`~continuous_test.MultiProcContinuousTest`
+keeps its shared world for every other test and gives each of those a world of
+its own, chosen by any of:
+
+* ``@fresh_world`` on the test method;
+* the class attribute ``fresh_world_tests``: test names or ``fnmatch`` patterns
+  (``{"test_destroy_*", "test_ddp_uneven_inputs"}``), or a rule, a callable
+  ``rule(cls, name) -> bool``, which is how a suite whose test methods you do not
+  own (a mixin from another package) chooses them;
+* :func:`changes_its_world`, a ready-made rule that reads the test's source
+  (and, through ``self.<helper>(...)`` calls, its class's helpers' sources) for
+  the calls and assignments above.  ``fresh_world_tests = changes_its_world``
+  applies it; :func:`either` combines it with names or patterns of your own.
+
+A world of its own is started for the test as the class's shared world is
+(ranks forked from the template, ``_init_pg``, ``setUp`` and ``tearDown`` on
+every rank), runs that one test and is stopped after it, so the test sees what
+a fresh process would give it, and leaves nothing behind for the next test.
+Its leak check is off (nothing it leaves can reach another test), and a failure
+is not rerun or bisected (there are no earlier tests in its world).  Under a
+launcher (torchrun, srun) the launch is the only world: such a test runs in it
+like any other.
+
+What this module touches: nothing.  It reads the class's attributes and, for
+:func:`changes_its_world`, the test's source (``inspect.getsource``, once per
+function).  Stdlib only (a leaf).
+"""
+from __future__ import annotations
+
+import ast
+import fnmatch
+import functools
+import inspect
+import textwrap
+from typing import Any, Callable, Iterable, Optional, Set, TypeVar, Union
+
+from continuous_test.errors import ConfigError
+
+__all__ = ["fresh_world", "changes_its_world", "either", "wanted", "FRESH_WORLD_ATTR", "BAD_FRESH_WORLD_TESTS"]
+
+FRESH_WORLD_ATTR = "__continuous_test_fresh_world__"
+BAD_FRESH_WORLD_TESTS = ("{where} must be test names or fnmatch patterns (str, or a list, set or dict of them), "
+                         "or a callable rule(cls, name) -> bool such as continuous_test.changes_its_world; "
+                         "got {value!r}")
+
+F = TypeVar("F", bound=Callable[..., Any])
+Rule = Callable[[type, str], bool]
+
+# Modules whose ``.exit``/``._exit``/``.abort`` end the process (``sys.exit``, ``os._exit``, ``os.abort``).
+_PROCESS_ENDERS = {"sys", "os"}
+# Environment variables ``init_process_group`` and the rendezvous read.
+_INIT_VARIABLES = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "INIT_METHOD"}
+
+
+def fresh_world(fn: F) -> F:
+    """Decorator: this test runs in a world of its own (fresh ranks and default group), not the class's shared one."""
+    setattr(fn, FRESH_WORLD_ATTR, True)
+    return fn
+
+
+def either(*choices: Union[Rule, Iterable[str]]) -> Rule:
+    """A rule that picks a test when any of ``choices`` (rules, or names and patterns) picks it."""
+    rules = [_as_rule(choice, "each argument of either()") for choice in choices]
+    return lambda cls, name: any(rule(cls, name) for rule in rules)
+
+
+def wanted(cls: type, method: str) -> bool:
+    """Whether test ``method`` of ``cls`` (a sized name ``test_x[ws2]`` too) runs in a world of its own.
+
+    Raises ConfigError naming the class when ``fresh_world_tests`` is neither
+    names and patterns nor a rule.
+    """
+    base = method.split("[", 1)[0]
+    function = getattr(cls, method, None) or getattr(cls, base, None)
+    if function is not None and _decorated(function):
+        return True
+    choice = getattr(cls, "fresh_world_tests", None)
+    if choice is None:
+        return False
+    return bool(_as_rule(choice, f"{cls.__qualname__}.fresh_world_tests")(cls, base))
+
+
+def _decorated(function: Any) -> bool:
+    while function is not None:
+        if getattr(function, FRESH_WORLD_ATTR, False):
+            return True
+        function = getattr(function, "__wrapped__", None)
+    return False
+
+
+def _as_rule(choice: Any, where: str) -> Rule:
+    """``choice`` (a rule, or names and patterns: any iterable of str, a dict's keys too) as a rule."""
+    if callable(choice):
+        return choice
+    patterns = (choice,) if isinstance(choice, str) else None
+    if patterns is None and isinstance(choice, Iterable):
+        patterns = tuple(choice)
+    if patterns is None or not all(isinstance(p, str) for p in patterns):
+        raise ConfigError(BAD_FRESH_WORLD_TESTS.format(where=where, value=choice))
+    return lambda cls, name: any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def changes_its_world(cls: type, name: str) -> bool:
+    """The ready-made rule: whether test ``name`` of ``cls`` changes its world, read from its source.
+
+    True when the test, or a helper of its class it calls as ``self.<helper>(...)``
+    (followed through any depth), does any of:
+
+    * calls ``init_process_group`` or ``destroy_process_group`` with no group
+      argument (the default group; destroying a subgroup it made is fine);
+    * calls ``sys.exit``, ``os._exit`` or ``os.abort``;
+    * assigns or deletes ``os.environ["MASTER_PORT"]`` (or another variable the
+      rendezvous reads: ``MASTER_ADDR``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``,
+      ``INIT_METHOD``);
+    * is declared to end its ranks (``expect_exit``).
+
+    A test whose source cannot be read is not picked.
+    """
+    return _changes(cls, name, set())
+
+
+def _changes(cls: type, name: str, seen: Set[str]) -> bool:
+    if name in seen:
+        return False
+    seen.add(name)
+    function = inspect.getattr_static(cls, name, None)
+    function = getattr(function, "__func__", function)
+    if function is None or not callable(function):
+        return False
+    if any(hasattr(f, "__continuous_test_expect_exit__") for f in _wrapped_chain(function)):
+        return True
+    found = _scan(inspect.unwrap(function))
+    if found is None:
+        return False
+    changes, helpers = found
+    return changes or any(_changes(cls, helper, seen) for helper in sorted(helpers))
+
+
+def _wrapped_chain(function: Any) -> Iterable[Any]:
+    while function is not None:
+        yield function
+        function = getattr(function, "__wrapped__", None)
+
+
+@functools.lru_cache(maxsize=None)
+def _scan(function: Callable) -> Optional[tuple]:
+    """(whether the body changes its world, the ``self.<name>`` methods it calls); None without source."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    changes = False
+    helpers: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            callee = node.func
+            called = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", None)
+            if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name) and callee.value.id == "self":
+                helpers.add(callee.attr)
+            if called in ("init_process_group",):
+                changes = True
+            elif called == "destroy_process_group" and not node.args and not node.keywords:
+                changes = True
+            elif called in ("exit", "_exit", "abort") and isinstance(callee, ast.Attribute) \
+                    and isinstance(callee.value, ast.Name) and callee.value.id in _PROCESS_ENDERS:
+                changes = True
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            changes = changes or any(_init_variable(target) for target in targets)
+    return changes, frozenset(helpers)
+
+
+def _init_variable(target: ast.AST) -> bool:
+    """Whether ``target`` is ``os.environ["<a variable the rendezvous reads>"]``."""
+    if not isinstance(target, ast.Subscript):
+        return False
+    holder = target.value
+    if not (isinstance(holder, ast.Attribute) and holder.attr == "environ"):
+        return False
+    key = target.slice
+    return isinstance(key, ast.Constant) and key.value in _INIT_VARIABLES

@@ -1,0 +1,140 @@
+"""Tests of a shared-world class that run in a world of their own (continuous_test/fresh_worlds.py), the
+per-test shared_temp_dir, and a shared world that stays sound for torch-style suites (subgroups released
+only once every rank ended the test; a failed call makes the default group again)."""
+from __future__ import annotations
+
+import collections
+import os
+import sys
+from pathlib import Path
+
+import helpers
+import pytest
+from helpers import describe, pytest_counts, unittest_counts
+
+from continuous_test import changes_its_world, expect_exit, fresh_world
+from continuous_test.errors import ConfigError
+from continuous_test.fresh_worlds import either, wanted
+
+SCENARIO = "test_fresh_worlds.py"
+SHARED = ("test_a_shared", "test_d_shared", "test_f_shared")
+OWN = ("test_b_decorated_destroys_the_group", "test_c_by_pattern", "test_e_by_rule")
+BAD = "BadFreshWorldTest.fresh_world_tests must be test names or fnmatch patterns"
+
+
+def _pids(out: Path) -> dict:
+    """test -> {rank: pid}, from the scenario's log."""
+    found: dict = collections.defaultdict(dict)
+    for line in (out / "pids").read_text().splitlines():
+        test, rank, pid = line.split()
+        found[test][int(rank)] = int(pid)
+    return found
+
+
+def _check_worlds(out: Path) -> None:
+    pids = _pids(out)
+    assert sorted(pids) == sorted(SHARED + OWN), dict(pids)
+    for rank in (0, 1):
+        shared = {pids[test][rank] for test in SHARED}
+        assert len(shared) == 1, dict(pids)  # one shared world, kept across the tests of their own
+        own = [pids[test][rank] for test in OWN]
+        assert len(set(own)) == len(OWN) and not set(own) & shared, dict(pids)  # a world each
+
+
+def _check_dirs(out: Path) -> None:
+    paths = collections.defaultdict(set)
+    for line in (out / "dirs").read_text().splitlines():
+        test, _, path = line.split()
+        paths[test].add(path)
+    assert sorted(paths) == ["test_a_dir", "test_b_dir"], dict(paths)
+    assert all(len(p) == 1 for p in paths.values()), dict(paths)  # the same directory on every rank
+    assert paths["test_a_dir"] != paths["test_b_dir"]
+    assert not any(os.path.exists(p) for ps in paths.values() for p in ps)  # removed after each test
+
+
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+def test_tests_that_change_their_world_get_one_of_their_own_and_the_others_share_one(runner, tmp_path):
+    env = {"FRESH_DIR": str(tmp_path), "CONTINUOUS_TEST_BISECT": "off"}
+    if runner == "python":
+        proc = helpers.python(SCENARIO, env=env)
+        assert unittest_counts(proc.stderr) == {"ran": 13, "errors": 1}, describe(proc)
+    else:
+        proc = helpers.pytest(SCENARIO, env=env)
+        assert pytest_counts(proc.stdout) == {"passed": 12, "failed": 1}, describe(proc)
+    assert BAD in proc.stdout + proc.stderr, describe(proc)
+    _check_worlds(tmp_path)
+    _check_dirs(tmp_path)
+
+
+class _Suite:
+    """Tests in the styles the rule must read (a torch-style mixin: no base of ours)."""
+
+    def _reinit(self):
+        self._really_reinit()
+
+    def _really_reinit(self):
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+        dist.init_process_group("gloo")
+
+    def test_plain(self):
+        import torch.distributed as dist
+
+        dist.all_reduce(self.t)
+        group = dist.new_group()
+        dist.destroy_process_group(group)  # a subgroup the test made: fine
+
+    def test_destroys_the_default_group(self):
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+    def test_through_helpers(self):
+        self._reinit()
+
+    def test_new_port(self):
+        os.environ["MASTER_PORT"] = "29501"
+
+    def test_other_variable(self):
+        os.environ["NCCL_DEBUG"] = "INFO"
+
+    def test_exits(self):
+        sys.exit(3)
+
+    @expect_exit(code=3)
+    def test_declared_exit(self):
+        pass
+
+    def test_recursive(self):
+        self.test_recursive()
+
+
+def test_the_rule_reads_the_test_and_its_helpers():
+    picked = sorted(name for name in dir(_Suite) if name.startswith("test") and changes_its_world(_Suite, name))
+    assert picked == ["test_declared_exit", "test_destroys_the_default_group", "test_exits", "test_new_port",
+                      "test_through_helpers"]
+
+
+def test_decorator_names_patterns_dicts_and_rules_choose_tests():
+    class Chosen(_Suite):
+        fresh_world_tests = either({"test_plain": 300}, "test_other_*")
+
+        @fresh_world
+        def test_decorated(self):
+            pass
+
+    assert wanted(Chosen, "test_plain") and wanted(Chosen, "test_other_variable")
+    assert wanted(Chosen, "test_decorated") and wanted(Chosen, "test_decorated[ws2]")
+    assert not wanted(Chosen, "test_exits")
+    assert not wanted(_Suite, "test_exits")  # no choice made: the rule applies only where chosen
+
+    class Bad(_Suite):
+        fresh_world_tests = 42
+
+    with pytest.raises(ConfigError, match=r"Bad.fresh_world_tests must be test names"):
+        wanted(Bad, "test_plain")
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
