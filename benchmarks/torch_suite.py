@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/torch_suite.py [--subset ci | --all | -k EXPR] [--engine both|torch|ours]
-                                     [--json PATH] [--record]
+                                     [--torch-from PATH] [--json PATH] [--record]
 
 How data flows::
 
@@ -20,7 +20,10 @@ The suite is ``DistributedTest._DistTestBase`` from torch's wheel, at
 CPU CI runs it.  ``--subset ci`` is :data:`CI_SUBSET`, the tests CI runs on this
 engine against torch's verdicts; ``--record`` writes those verdicts (from the
 torch run of this invocation) to ``benchmarks/results/torch_suite_verdicts.json``,
-which ``test/test_torch_suite.py`` reads.  Wall time is each pytest process's, from
+which ``test/test_torch_suite.py`` reads.  ``--torch-from PATH`` takes torch's run
+from an earlier JSON of this script instead of running it again (torch's spawn
+runner takes 38 minutes for the whole suite here, and its verdicts do not depend on
+this package); the JSON then says so (``torch_from``).  Wall time is each pytest process's, from
 its start to its end; per-test seconds are pytest's own (setUp to tearDown).
 
 A benchmark, not a test: the exit status is 0 unless a run produced no report.
@@ -75,17 +78,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     which.add_argument("-k", dest="expr", help="a pytest -k expression over the test names")
     parser.add_argument("--engine", choices=["both", "torch", "ours"], default="both")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--torch-from", type=Path, help="torch's run from an earlier JSON of this script")
     parser.add_argument("--record", action="store_true", help="write torch's verdicts for CI (needs the torch run)")
     args = parser.parse_args(argv)
     if not (args.subset or args.all or args.expr):
         args.subset = "ci"
     names = CI_SUBSET if args.subset else None
     engines = ["torch", "ours"] if args.engine == "both" else [args.engine]
+    if args.torch_from is not None:
+        earlier = Run.from_json("torch", json.loads(args.torch_from.read_text())["runs"]["torch"])
+        engines = [e for e in engines if e != "torch"]
     runs = {engine: run_engine(engine, names, args.expr) for engine in engines}
+    if args.torch_from is not None:
+        runs = {"torch": earlier.only(next(iter(runs.values())).tests if runs else None), **runs}
     report(runs)
     payload = {"backend": _env()["BACKEND"], "world_size": int(_env()["WORLD_SIZE"]), "cpus": os.cpu_count(),
                "selection": args.subset or ("all" if args.all else f"-k {args.expr}"),
                "runs": {engine: run.as_json() for engine, run in runs.items()}}
+    if args.torch_from is not None:
+        payload["torch_from"] = str(args.torch_from)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
     print(f"raw results: {args.json}")
@@ -116,6 +127,19 @@ class Run:
                  messages: Optional[Dict[str, str]] = None) -> None:
         self.engine, self.tests, self.wall, self.returncode = engine, tests, wall, returncode
         self.messages = messages or {}  # test -> the first line of its failure or error
+
+    @classmethod
+    def from_json(cls, engine: str, data: dict) -> "Run":
+        """A run as :meth:`as_json` wrote it."""
+        tests = {name: (t["verdict"], float(t["seconds"])) for name, t in data["tests"].items()}
+        return cls(engine, tests, float(data["wall_s"]), int(data["returncode"]))
+
+    def only(self, names: Optional[Dict[str, Tuple[str, float]]]) -> "Run":
+        """This run, which must have run exactly the tests in ``names`` (any when None): its wall time is for them."""
+        if names is not None and set(names) != set(self.tests):
+            raise SystemExit(f"--torch-from: the earlier torch run has {len(self.tests)} tests, this selection "
+                             f"{len(names)}; take it with the same selection (--all for torch_suite_all.json)")
+        return self
 
     def as_json(self) -> dict:
         return {"wall_s": round(self.wall, 2), "returncode": self.returncode,
