@@ -362,9 +362,13 @@ class World:
                     outputs: Dict[int, str]) -> None:
         if waited.died_after_reply:
             self._record_late_deaths(waited.died_after_reply)
-        if verdict.restart_world or waited.died_after_reply:
+        if verdict.restart_world or waited.died_after_reply or any(o.call_failed for o in outcomes.values()):
             # The world is discarded: killing is as clean as a graceful shutdown
-            # (the ranks hold nothing else) and never waits on a broken group.
+            # (the ranks hold nothing else) and never waits on a broken group.  A
+            # call that failed may have left its group's connections broken (gloo
+            # closes a pair whose call timed out); a new default group in the same
+            # processes is not enough (torch's DDP logger then crashed in
+            # test_ddp_logging_data_cpu), so new ranks start.
             self._discard()
         elif any(o.group_changed for o in outcomes.values()):
             self._reinit_count += 1

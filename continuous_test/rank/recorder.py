@@ -463,8 +463,8 @@ def a_call_failed() -> bool:
     The test may have caught it and passed, but the group's connections may be
     broken (gloo closes a pair whose operation timed out: every later call on that
     group fails with "Application timeout caused pair closure"), so the world
-    makes its default group again before the next test.  Nothing is known where
-    recording is off.
+    starts new ranks before the next test (a launch makes its group again).
+    Nothing is known where recording is off.
     """
     return _call_failed
 

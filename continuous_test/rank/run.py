@@ -235,9 +235,8 @@ def run_case(case: unittest.TestCase, rank: int, policy: str) -> RankOutcome:
     report = leaks.check(before, policy, lambda: own_files(case)) if before is not None else None
     _release_before_next = groups
     flush_output()
-    # A call that failed may have broken the default group's connections: the world makes it again.
-    changed = default_group_changed() or recorder.a_call_failed()
-    return RankOutcome(rank, result.events, group_changed=changed, leaks=report,
+    return RankOutcome(rank, result.events, group_changed=default_group_changed(),
+                       call_failed=recorder.a_call_failed(), leaks=report,
                        expect_values=take_expect_values())
 
 

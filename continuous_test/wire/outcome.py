@@ -168,9 +168,11 @@ class RankOutcome:
 
     rank: int
     events: List[Event] = field(default_factory=list)
-    # The default process group was destroyed or replaced, or a call of the test failed
-    # (its connections may be broken): the world makes a new one before the next test.
+    # The default process group was destroyed or replaced: the world makes a new one.
     group_changed: bool = False
+    # A torch.distributed call of the test failed (other than in its argument checks):
+    # its group's connections may be broken, so the world starts again before the next test.
+    call_failed: bool = False
     requested_exit: Optional[int] = None
     # Values accepted by expecttest (only under EXPECTTEST_ACCEPT=1): ranks must agree.
     expect_values: Tuple[ExpectValue, ...] = ()
@@ -190,7 +192,8 @@ class RankOutcome:
         asked for, no expecttest value.  It travels compactly (``TestDone.outcome`` is
         None), and only after one on every rank may the next test be sent ahead.
         """
-        return (self.events == [_PASSED] and not self.group_changed and self.requested_exit is None
+        return (self.events == [_PASSED] and not self.group_changed and not self.call_failed
+                and self.requested_exit is None
                 and self.leaks is None and not self.expect_values)
 
 
