@@ -537,8 +537,9 @@ def _next_in_world(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Option
 
 
 # Where runtest hooks may come from without skipping or changing a test: pytest itself,
-# xdist, pytest-cov and this plugin.
-_KNOWN_HOOK_MODULES = ("_pytest.", "pytest_cov.", "xdist.", "continuous_test.")
+# xdist, pytest-cov, pytest-timeout (it arms a timer around the call; when it fires in
+# this process, the world is discarded: controller/world.py) and this plugin.
+_KNOWN_HOOK_MODULES = ("_pytest.", "pytest_cov.", "xdist.", "pytest_timeout", "continuous_test.")
 
 
 def _foreign_runtest_hooks(item: pytest.Item) -> bool:
