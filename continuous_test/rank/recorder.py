@@ -33,6 +33,7 @@ import functools
 import inspect
 import mmap
 import os
+import re
 import struct
 import sys
 import threading
@@ -446,19 +447,26 @@ def _raised(token: Any) -> None:
 
 
 # Whether a call of the current test failed in a way that may leave its group's
-# connections broken (a timeout, a closed connection): not a ValueError or TypeError,
-# which torch raises while it checks the arguments, before any communication.
+# connections broken: one of torch's distributed errors, or a message of the
+# transport (gloo raises a RuntimeError for a timeout or a closed connection).  Not
+# what torch raises while it checks the arguments ("invalid root rank"), before any
+# communication.
 _call_failed = False
+_COMMUNICATION_FAILED = re.compile(
+    r"timed? ?out|monitoredBarrier|connection|closed|reset by peer|transport|nccl|watchdog|abort", re.IGNORECASE)
+_DISTRIBUTED_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError")
 
 
 def _note_failed_call(exc: Optional[BaseException]) -> None:
     global _call_failed
-    if not isinstance(exc, (ValueError, TypeError)):
+    if exc is None or isinstance(exc, (ValueError, TypeError)):
+        return
+    if type(exc).__name__ in _DISTRIBUTED_ERRORS or _COMMUNICATION_FAILED.search(str(exc)[:4000]):
         _call_failed = True
 
 
 def a_call_failed() -> bool:
-    """Whether a recorded call of the current test raised other than while checking its arguments.
+    """Whether a recorded call of the current test failed in its communication (not in its argument checks).
 
     The test may have caught it and passed, but the group's connections may be
     broken (gloo closes a pair whose operation timed out: every later call on that
