@@ -191,15 +191,22 @@ def merge(
     verdict.subtests = subtests
     verdict.expected_failure = not faults and len(outcomes) == world_size and all(
         _failed_as_expected(o) for o in outcomes.values())
-    # After a failure the next test starts in a new world, a declared one included: a
-    # collective one rank made before it failed may be unmatched on another.
-    verdict.restart_world = bool(faults) or verdict.failed
+    # After a failure the next test starts in a new world: a collective one rank made
+    # before it failed may be unmatched on another.  Not after a failure every rank
+    # declared (expectedFailure) whose calls the timeline shows ended and paired up.
+    verdict.restart_world = bool(faults) or (verdict.failed and not (verdict.expected_failure and _settled(timeline)))
     verdict.backend_timeout = any(BACKEND_TIMEOUT.search(record.message) for outcome in outcomes.values()
                                   for event in outcome.events for record in event.errors)
     leak_reports = {r: o.leaks for r, o in outcomes.items() if o.leaks is not None}
     if leak_reports:
         _judge_leaks(test, verdict, leak_reports, restartable)
     return verdict
+
+
+def _settled(timeline: Optional[Callable[[], Optional[Timeline]]]) -> bool:
+    """Whether the test's calls on every rank are known, ended and paired up (False where unknown)."""
+    built = timeline() if timeline is not None else None
+    return built is not None and built.settled
 
 
 def _judge_leaks(test: str, verdict: Verdict, reports: Dict[int, LeakReport], restartable: bool) -> None:

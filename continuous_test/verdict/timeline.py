@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from continuous_test.verdict.text import rank_list
-from continuous_test.wire.records import Call, RankCalls, read_file, records_path
+from continuous_test.wire.records import STATUS_RAISED, STATUS_RETURNED, Call, RankCalls, read_file, records_path
 
 __all__ = [
     "Timeline",
@@ -51,6 +51,10 @@ class Timeline:
 
     text: str
     divergent: bool
+    # Every rank's calls of the test are known and ended (none waiting, none that
+    # returned a work handle whose wait is not recorded), and they pair up: nothing
+    # one rank sent or started waits for a peer.
+    settled: bool = False
 
 
 # -- building the report --------------------------------------------------------------
@@ -63,7 +67,9 @@ def build(ranks: Dict[int, Optional[RankCalls]], dead: Iterable[int] = ()) -> Ti
     divergence = _first_divergence(ranks) + _unmatched_p2p(ranks)
     if divergence:
         lines.extend(divergence)
-    return Timeline("\n".join(lines), bool(divergence))
+    ended = all(calls is not None and not calls.dropped and all(c.status in (STATUS_RETURNED, STATUS_RAISED)
+                                                               for c in calls.calls) for calls in ranks.values())
+    return Timeline("\n".join(lines), bool(divergence), settled=ended and not divergence and not dead)
 
 
 def _last_calls(ranks: Dict[int, Optional[RankCalls]], dead: set) -> List[str]:
