@@ -15,11 +15,9 @@ from helpers import ROOT
 RUN = ROOT / "benchmarks" / "run.py"
 SMOKE_TIMEOUT = 600  # a guard against hangs, never a performance assertion
 SCENARIOS = ("suite", "world_start", "negative", "dispatch", "faults", "memory")
-# Rows of the smoke run's tables (N=1 and 2, 2 ranks), by their first column.
+# Rows of the smoke run's tables (N=2, 2 ranks), by their first column.
 EXPECTED_ROWS = {
     "suite": [
-        "N=1, 2 ranks, continuous: whole suite",
-        "N=1, 2 ranks, fresh: whole suite",
         "N=2, 2 ranks, continuous: whole suite",
         "N=2, 2 ranks, continuous: suite part: first test (world start)",
         "N=2, 2 ranks, continuous: per test",

@@ -89,7 +89,7 @@ class Plan:
         torch's fault runs are left out: each costs its 10 s process-group timeout or
         more, and they run the same scenario file as the suite.
         """
-        return cls(repeat=1, suite_sizes=(1, 2), suite_world_sizes=(2,), torch_fresh_sizes=(1, 2),
+        return cls(repeat=1, suite_sizes=(2,), suite_world_sizes=(2,), torch_fresh_sizes=(2,),
                    start_world_sizes=(2,), dispatch_world_sizes=(2,), torch_fault_kinds=(), grace_s=1.0,
                    hang_limit_s=2.0, torch_fault_cap_s=60.0, floor_n=2, floor_fresh_n=2, smoke=True)
 
