@@ -4,6 +4,7 @@ only once every rank ended the test; a failed call makes the default group again
 from __future__ import annotations
 
 import collections
+import json
 import os
 import sys
 from pathlib import Path
@@ -56,8 +57,14 @@ def _check_dirs(out: Path) -> None:
 def test_tests_that_change_their_world_get_one_of_their_own_and_the_others_share_one(runner, tmp_path):
     env = {"FRESH_DIR": str(tmp_path), "CONTINUOUS_TEST_BISECT": "off"}
     if runner == "python":
-        proc = helpers.python(SCENARIO, env=env)
+        report = tmp_path / "report.json"
+        proc = helpers.python(SCENARIO, env={**env, "CONTINUOUS_TEST_REPORT": str(report)})
         assert unittest_counts(proc.stderr) == {"ran": 13, "errors": 1}, describe(proc)
+        # The run report puts the worlds of their own on one lane of kind "fresh", 3 starts.
+        worlds = {w["id"]: w for w in json.loads(report.read_text())["worlds"]}
+        assert worlds["FreshWorldTest"]["kind"] == "shared" and len(worlds["FreshWorldTest"]["starts"]) == 1
+        own = worlds["FreshWorldTest (fresh)"]
+        assert own["kind"] == "fresh" and len(own["starts"]) == 3, own
     else:
         proc = helpers.pytest(SCENARIO, env=env)
         assert pytest_counts(proc.stdout) == {"passed": 12, "failed": 1}, describe(proc)

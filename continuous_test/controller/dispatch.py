@@ -25,7 +25,7 @@ import unittest
 from typing import Callable, Dict, List, Optional
 
 from continuous_test import config, fresh_worlds, sizes
-from continuous_test.controller import ahead, bisect, devices, progress, world
+from continuous_test.controller import ahead, bisect, devices, progress, run_log, world
 from continuous_test.controller.world import TestPlan
 from continuous_test.errors import ConfigError, RankDiedError
 from continuous_test.verdict import replay
@@ -135,7 +135,7 @@ def _run_in_a_world_of_its_own(cls: type, planned: TestPlan) -> Verdict:
     import dataclasses
 
     own = world.World(cls, config.resolve(cls, _size(planned.method)))
-    own.purpose = "a world of its own"
+    run_log.log().use_lane(own, run_log.log().own_world_lane(cls, own.world_size))
     try:
         own.start()
         verdict = own.run_test(dataclasses.replace(planned, leak_policy="off"))

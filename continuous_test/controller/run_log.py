@@ -189,6 +189,13 @@ class RunLog:
             lane = self._fresh_lanes[cls] = self._new_lane(cls, world_size, "fresh")
         self._started(lane, began, "tests")
 
+    def own_world_lane(self, cls: type, world_size: int) -> Any:
+        """The lane (of kind ``fresh``) of the worlds of their own that tests of ``cls`` ran in, for :meth:`use_lane`."""
+        lane = self._fresh_lanes.get(cls)
+        if lane is None or lane.world_size != world_size:
+            lane = self._fresh_lanes[cls] = self._new_lane(cls, world_size, "fresh")
+        return lane
+
     def fresh_lane(self, cls: type) -> Any:
         """The lane of ``cls``'s fresh ranks, for :meth:`test_ran`."""
         return self._fresh_lanes.get(cls)
