@@ -59,7 +59,7 @@ def test_tests_that_change_their_world_get_one_of_their_own_and_the_others_share
     if runner == "python":
         report = tmp_path / "report.json"
         proc = helpers.python(SCENARIO, env={**env, "CONTINUOUS_TEST_REPORT": str(report)})
-        assert unittest_counts(proc.stderr) == {"ran": 13, "errors": 1}, describe(proc)
+        assert unittest_counts(proc.stderr) == {"ran": 15, "errors": 1}, describe(proc)
         # The run report puts the worlds of their own on one lane of kind "fresh", 3 starts.
         worlds = {w["id"]: w for w in json.loads(report.read_text())["worlds"]}
         assert worlds["FreshWorldTest"]["kind"] == "shared" and len(worlds["FreshWorldTest"]["starts"]) == 1
@@ -67,7 +67,7 @@ def test_tests_that_change_their_world_get_one_of_their_own_and_the_others_share
         assert own["kind"] == "fresh" and len(own["starts"]) == 3, own
     else:
         proc = helpers.pytest(SCENARIO, env=env)
-        assert pytest_counts(proc.stdout) == {"passed": 12, "failed": 1}, describe(proc)
+        assert pytest_counts(proc.stdout) == {"passed": 14, "failed": 1}, describe(proc)
     assert BAD in proc.stdout + proc.stderr, describe(proc)
     _check_worlds(tmp_path)
     _check_dirs(tmp_path)

@@ -205,8 +205,8 @@ def run_one(cls: type, message: RunTest, spec: RankSpec) -> RankOutcome:
     return run_case(case, spec.rank, message.leak_policy)
 
 
-# The process groups of before the last test: those it made are released when the next test starts.
-_release_before_next: Optional[AbstractSet[Any]] = None
+# The process groups the last test made: released when the next test starts.
+_release_before_next: List[Any] = []
 
 
 def run_case(case: unittest.TestCase, rank: int, policy: str) -> RankOutcome:
@@ -223,9 +223,9 @@ def run_case(case: unittest.TestCase, rank: int, policy: str) -> RankOutcome:
     (:mod:`continuous_test.rank.leaks`), and put back.
     """
     global _release_before_next
-    if _release_before_next is not None:  # every rank ended the test that made them
+    if _release_before_next:  # every rank ended the test that made them
         _release_subgroups(_release_before_next)
-        _release_before_next = None
+        _release_before_next = []
     before = leaks.take() if policy != "off" else None
     groups = before.groups if before is not None else _group_names()
     recorder.begin_test(case)
@@ -233,7 +233,7 @@ def run_case(case: unittest.TestCase, rank: int, policy: str) -> RankOutcome:
     result = RankResult()
     run_real(case, result)
     report = leaks.check(before, policy, lambda: own_files(case)) if before is not None else None
-    _release_before_next = groups
+    _release_before_next = _made_since(groups)
     flush_output()
     return RankOutcome(rank, result.events, group_changed=default_group_changed(),
                        call_failed=recorder.a_call_failed(), leaks=report,
@@ -280,18 +280,26 @@ def _group_names() -> set:
     return set(c10d._world.pg_names.keys())
 
 
-def _release_subgroups(before: AbstractSet[Any]) -> None:
-    import torch.distributed as dist
+def _made_since(before: AbstractSet[Any]) -> List[Any]:
+    """The process groups made since ``before`` (the default one aside): those a test made."""
     from torch.distributed import distributed_c10d as c10d
 
     names = c10d._world.pg_names
     if len(names) == len(before) and names.keys() <= before:
-        return  # the groups of before the test, and no other
+        return []  # the groups of before the test, and no other
+    default = c10d._world.default_pg
+    return [pg for pg in list(names) if pg not in before and pg is not default]
+
+
+def _release_subgroups(made: List[Any]) -> None:
+    """Destroy the groups a test made that still exist (not those a world made again since: its own)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
     if not dist.is_initialized():
         return
-    default = c10d._get_default_group()
-    for pg in list(c10d._world.pg_names.keys()):
-        if pg not in before and pg is not default:
+    for pg in made:
+        if pg in c10d._world.pg_names:
             try:
                 dist.destroy_process_group(pg)
             except Exception:  # a group the test already broke; nothing more to release

@@ -12,7 +12,8 @@ every rank, empty at the test's start, removed after it (its paths go to
 ``$FRESH_DIR/dirs``).  ``GroupInUseTest`` is torch's ``test_barrier_timeout_full_group``:
 rank 0 alone waits in a barrier on a group that its peers, done with their test,
 must not have closed yet, so it times out after the group's one second.
-``BrokenPairTest``: a call that failed (a monitored barrier timed out on rank 0)
+``ClassGroupTest``: the group a class's ``_init_pg`` makes again after a test destroyed
+the default group is the world's, never released as the test's.  ``BrokenPairTest``: a call that failed (a monitored barrier timed out on rank 0)
 may leave the default group's connections closed; the next test gets a new group.
 """
 import os
@@ -135,6 +136,24 @@ class BrokenPairTest(Gloo):
         dist.reduce(t, 0)
         dist.all_reduce(t)
         self.assertGreaterEqual(t.item(), 2.0)
+
+
+class ClassGroupTest(Gloo):
+    # A test destroys the default group in the shared world: the world makes it again
+    # before the next test, with the group its _init_pg makes; that group is the
+    # world's, not the test's, and must not be released with what a test made.
+    @classmethod
+    def _init_pg(cls, rank, world_size, rdvz_file):
+        super()._init_pg(rank, world_size, rdvz_file)
+        cls.everyone = dist.new_group(list(range(world_size)))
+
+    def test_a_destroys_the_default_group(self):
+        dist.destroy_process_group()
+
+    def test_b_uses_the_class_group(self):
+        t = torch.ones(1)
+        dist.all_reduce(t, group=type(self).everyone)
+        self.assertEqual(t.item(), 2.0)
 
 
 class BadFreshWorldTest(Gloo):
