@@ -40,6 +40,7 @@ import inspect
 import textwrap
 from typing import Any, Callable, Iterable, Optional, Set, TypeVar, Union
 
+from continuous_test import sizes
 from continuous_test.errors import ConfigError
 
 __all__ = ["fresh_world", "changes_its_world", "either", "wanted", "FRESH_WORLD_ATTR", "BAD_FRESH_WORLD_TESTS"]
@@ -54,6 +55,8 @@ Rule = Callable[[type, str], bool]
 
 # Modules whose ``.exit``/``._exit``/``.abort`` end the process (``sys.exit``, ``os._exit``, ``os.abort``).
 _PROCESS_ENDERS = {"sys", "os"}
+# multiprocess.EXPECT_EXIT_ATTR, which a leaf cannot import: a test declared to end its ranks.
+_EXPECT_EXIT_ATTR = "__continuous_test_expect_exit__"
 # Environment variables ``init_process_group`` and the rendezvous read.
 _INIT_VARIABLES = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "INIT_METHOD"}
 
@@ -76,22 +79,15 @@ def wanted(cls: type, method: str) -> bool:
     Raises ConfigError naming the class when ``fresh_world_tests`` is neither
     names and patterns nor a rule.
     """
-    base = method.split("[", 1)[0]
+    sized = sizes.parse(method)
+    base = sized[0] if sized else method
     function = getattr(cls, method, None) or getattr(cls, base, None)
-    if function is not None and _decorated(function):
+    if any(getattr(f, FRESH_WORLD_ATTR, False) for f in _wrapped_chain(function)):
         return True
     choice = getattr(cls, "fresh_world_tests", None)
     if choice is None:
         return False
     return bool(_as_rule(choice, f"{cls.__qualname__}.fresh_world_tests")(cls, base))
-
-
-def _decorated(function: Any) -> bool:
-    while function is not None:
-        if getattr(function, FRESH_WORLD_ATTR, False):
-            return True
-        function = getattr(function, "__wrapped__", None)
-    return False
 
 
 def _as_rule(choice: Any, where: str) -> Rule:
@@ -133,7 +129,7 @@ def _changes(cls: type, name: str, seen: Set[str]) -> bool:
     function = getattr(function, "__func__", function)
     if function is None or not callable(function):
         return False
-    if any(hasattr(f, "__continuous_test_expect_exit__") for f in _wrapped_chain(function)):
+    if any(hasattr(f, _EXPECT_EXIT_ATTR) for f in _wrapped_chain(function)):
         return True
     found = _scan(inspect.unwrap(function))
     if found is None:
@@ -143,6 +139,7 @@ def _changes(cls: type, name: str, seen: Set[str]) -> bool:
 
 
 def _wrapped_chain(function: Any) -> Iterable[Any]:
+    """``function`` and each function it wraps (``__wrapped__``), outermost first."""
     while function is not None:
         yield function
         function = getattr(function, "__wrapped__", None)

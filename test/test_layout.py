@@ -39,7 +39,7 @@ LEAF_ALLOWED = {
     "errors": set(),
     "_procfs": set(),
     "sizes": {"errors"},
-    "fresh_worlds": {"errors"},
+    "fresh_worlds": {"errors", "sizes"},
     "launched.detect": {"errors", "wire.env"},
     "_role": {"launched.detect", "wire.messages", "wire.outcome", "wire.env", "errors"},
     "config": {"errors", "sizes", "wire.env", "wire.messages", "wire.outcome"},

@@ -21,6 +21,7 @@ can send it as soon as every rank passed plainly.
 """
 from __future__ import annotations
 
+import dataclasses
 import unittest
 from typing import Callable, Dict, List, Optional
 
@@ -132,8 +133,6 @@ def _run_in_a_world_of_its_own(cls: type, planned: TestPlan) -> Verdict:
     tests.  Nothing the test leaves can reach another test, so its leak check is
     off, and a failure is neither rerun nor bisected.
     """
-    import dataclasses
-
     own = world.World(cls, config.resolve(cls, _size(planned.method)))
     run_log.log().use_lane(own, run_log.log().own_world_lane(cls, own.world_size))
     try:

@@ -184,13 +184,10 @@ class RunLog:
 
     def fresh_started(self, cls: type, world_size: int, began: float) -> None:
         """The fresh ranks of one ``MultiProcessTestCase`` test of ``cls`` started at monotonic ``began``."""
-        lane = self._fresh_lanes.get(cls)
-        if lane is None or lane.world_size != world_size:
-            lane = self._fresh_lanes[cls] = self._new_lane(cls, world_size, "fresh")
-        self._started(lane, began, "tests")
+        self._started(self.own_world_lane(cls, world_size), began, "tests")
 
     def own_world_lane(self, cls: type, world_size: int) -> Any:
-        """The lane (of kind ``fresh``) of the worlds of their own that tests of ``cls`` ran in, for :meth:`use_lane`."""
+        """The lane (of kind ``fresh``) of ``cls``'s fresh ranks, or of its tests' worlds of their own (:meth:`use_lane`)."""
         lane = self._fresh_lanes.get(cls)
         if lane is None or lane.world_size != world_size:
             lane = self._fresh_lanes[cls] = self._new_lane(cls, world_size, "fresh")
