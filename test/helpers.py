@@ -8,9 +8,16 @@ import sys
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
+import inprocess
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 RUN_TIMEOUT = 300  # a guard against hangs, never a performance assertion
+# Quiet defaults of every scenario run: a failed shared-world test is not rerun and
+# bisected, and ranks that have not reported after a failure elsewhere are waited for
+# one second, not three.  A test about either sets its own value (BISECT_ON, a GRACE).
+QUIET = {"CONTINUOUS_TEST_BISECT": "off", "CONTINUOUS_TEST_GRACE": "1"}
+BISECT_ON = {"CONTINUOUS_TEST_BISECT": "120"}  # the default budget (config.DEFAULT_BISECT_BUDGET)
 
 
 def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -25,6 +32,7 @@ def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         if key.startswith(("CONTINUOUS_TEST_", "TORCHELASTIC_", "SLURM_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_")) or key in (
                 "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"):
             env.pop(key)
+    env.update(QUIET)
     env.update(extra or {})
     return env
 
@@ -36,14 +44,23 @@ def run(args: Sequence[str], env: Optional[Dict[str, str]] = None, timeout: floa
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def python(scenario: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    """``python scenarios/<scenario> args...``."""
-    return run([sys.executable, scenario, *args], **kwargs)
+def python(scenario: str, *args: str, real: bool = False, env: Optional[Dict[str, str]] = None,
+           timeout: float = RUN_TIMEOUT, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    """``python scenarios/<scenario> args...``: in this process (test/inprocess.py) unless ``real``
+    or the run needs the real process."""
+    if not real and inprocess.enabled() and inprocess.reason_for_real("python", scenario, args, env, cwd) is None:
+        return inprocess.python(scenario, args, scenario_env(env), timeout)
+    return run([sys.executable, scenario, *args], env=env, timeout=timeout, cwd=cwd)
 
 
-def pytest(scenario: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    """``python -m pytest scenarios/<scenario> args...`` with no cache and plain output."""
-    return run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", scenario, *args], **kwargs)
+def pytest(scenario: str, *args: str, real: bool = False, env: Optional[Dict[str, str]] = None,
+           timeout: float = RUN_TIMEOUT, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    """``python -m pytest scenarios/<scenario> args...`` with no cache and plain output: in this
+    process (test/inprocess.py) unless ``real`` or the run needs the real process."""
+    argv = ["-p", "no:cacheprovider", "-q", scenario, *args]
+    if not real and inprocess.enabled() and inprocess.reason_for_real("pytest", scenario, args, env, cwd) is None:
+        return inprocess.pytest(argv, scenario_env(env), timeout)
+    return run([sys.executable, "-m", "pytest", *argv], env=env, timeout=timeout, cwd=cwd)
 
 
 def torchrun(scenario: str, nproc: int, *args: str, **kwargs) -> subprocess.CompletedProcess:

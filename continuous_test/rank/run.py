@@ -118,6 +118,11 @@ def import_test_class(module: str, qualname: str, module_file: Optional[str], me
             if not module_file:
                 raise
             mod = _load_from_file(module, module_file)
+    if module_file and not _same_file(getattr(mod, "__file__", None), module_file):
+        # The name is another file's here: a template whose ``__main__`` is another
+        # program's, or a module of that name earlier on this rank's sys.path.  The
+        # controller took the class from ``module_file``.
+        mod = _load_from_file(module, module_file)
     try:
         cls = _resolve(mod, qualname)
         if method is None or hasattr(cls, method):
@@ -128,6 +133,10 @@ def import_test_class(module: str, qualname: str, module_file: Optional[str], me
         return _resolve(mod, qualname)
     _load_tests(mod)
     return _resolve(mod, qualname)
+
+
+def _same_file(a: Optional[str], b: str) -> bool:
+    return a is not None and os.path.realpath(a) == os.path.realpath(b)
 
 
 def _resolve(mod: Any, qualname: str) -> Any:

@@ -1,0 +1,234 @@
+"""Scenario runs inside the test process, on pytest's ``pytester`` model.
+
+``python scenarios/FILE args`` and ``pytest scenarios/FILE args`` cost an interpreter,
+``import torch`` and a template each as real processes (about 3 s of CPU).  Here the
+scenario file runs in the process of the test that asked for it, with this
+library's own runner (``run_tests()``) or ``pytest.main``, under the environment,
+working directory and ``sys.argv`` the real process would have had, its output
+captured at the file descriptors.  Its worlds fork from this process's one template,
+started once per worker.  What it returns is the ``subprocess.CompletedProcess`` the
+real run would have returned, so a test reads either the same way.
+
+What is scoped to one run and put back after it: ``os.environ``, the working
+directory, ``sys.argv``, ``sys.path``, the scenario's modules in ``sys.modules`` (and
+a test module of this suite whose name a scenario shares, set aside while it runs),
+signal handlers, warnings filters, the controller's run log, bisect budget and the
+runner in use; every world the run left is stopped.
+
+Not everything can run here.  :func:`reason_for_real` names what needs the real
+process: a main block other than ``run_tests()``, xdist (``-n``), a ``PYTHONPATH``
+of its own, a working directory of its own.  ``CT_SCENARIOS=subprocess`` (or
+``--scenarios=subprocess``) runs every scenario as a real process.
+"""
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import types
+import warnings
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+ENV_MODE = "CT_SCENARIOS"  # "subprocess": every scenario run is a real process
+TEST_DIR = Path(__file__).resolve().parent
+SCENARIOS = TEST_DIR / "scenarios"
+_MAIN_BLOCK = re.compile(r'^if __name__ == "__main__":\n    run_tests\(\)\n\Z', re.M)
+_SIGNALS = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2,
+                        signal.SIGALRM, signal.SIGHUP) if s is not None]
+
+
+def enabled() -> bool:
+    """Whether scenario runs may run in this process (not turned off by ``CT_SCENARIOS=subprocess``)."""
+    return os.environ.get(ENV_MODE, "inprocess") != "subprocess"
+
+
+def reason_for_real(runner: str, scenario: str, args: Sequence[str], env: Optional[Dict[str, str]],
+                    cwd: Optional[Path]) -> Optional[str]:
+    """Why this run needs a real process (None: it can run here)."""
+    path = SCENARIOS / scenario.split("::")[0]
+    if cwd is not None and Path(cwd) != SCENARIOS:
+        return "a working directory of its own"
+    if not path.is_file():
+        return "not a scenario file"
+    if env and "PYTHONPATH" in env:
+        return "a PYTHONPATH of its own (the template's sys.path would not have it)"
+    if runner == "python" and not _MAIN_BLOCK.search(path.read_text()):
+        return "its main block is not run_tests()"
+    if runner == "pytest" and any(a == "-n" or a.startswith(("-n", "--numprocesses", "--pdb")) for a in args):
+        return "xdist or --pdb"
+    return None
+
+
+def python(scenario: str, args: Sequence[str], env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """``python scenarios/<scenario> args...`` in this process: the file, as ``__main__``, through ``run_tests()``."""
+    path = SCENARIOS / scenario
+    argv = [scenario, *args]
+
+    def body() -> int:
+        from continuous_test.runner import run_tests
+
+        # As the interpreter runs a script: a module named __main__ with no spec.  Ranks
+        # forked from this process's template find another __main__ there and load the
+        # class's file (continuous_test/rank/run.py, import_test_class).
+        module = types.ModuleType("__main__")
+        module.__file__ = str(path)
+        module.__spec__ = None
+        sys.modules["__main__"] = module
+        exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
+        run_tests(argv=argv, module="__main__")
+        return 0
+
+    return _run([sys.executable, scenario, *args], argv, env, timeout, body, own=["__main__"])
+
+
+def pytest(args: Sequence[str], env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """``python -m pytest args...`` in this process: ``pytest.main`` with the same arguments."""
+    import pytest as pytest_module
+
+    def body() -> int:
+        return int(pytest_module.main(list(args)))
+
+    return _run([sys.executable, "-m", "pytest", *args], ["pytest", *args], env, timeout, body, own=[])
+
+
+def _run(args: List[str], argv: List[str], env: Dict[str, str], timeout: float, body,
+         own: List[str]) -> subprocess.CompletedProcess:
+    with _scoped(env, argv, own), _captured() as output:
+        # A hang is a bug of the run: end this process with every thread's stack, as the
+        # subprocess's timeout would have ended the run.
+        faulthandler.dump_traceback_later(timeout, exit=True)
+        try:
+            code = body()
+        except SystemExit as exc:
+            code = _exit_code(exc.code)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+            _stop_worlds()
+    stdout, stderr = output
+    return subprocess.CompletedProcess(args, code, stdout, stderr)
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")
+    return 1
+
+
+def _stop_worlds() -> None:
+    from continuous_test.controller import world
+
+    world.stop_all()
+
+
+@contextlib.contextmanager
+def _scoped(env: Dict[str, str], argv: List[str], own: List[str]) -> Iterator[None]:
+    """The process state of a fresh run for the block, put back after it."""
+    from continuous_test.controller import bisect, progress, run_log
+
+    saved_env, saved_cwd, saved_argv, saved_path = dict(os.environ), os.getcwd(), sys.argv[:], sys.path[:]
+    saved_modules = dict(sys.modules)
+    saved_handlers = {s: signal.getsignal(s) for s in _SIGNALS}
+    saved_where, saved_log = progress._where, run_log.log()
+    # A module of this suite that a scenario shares a name with (test_leaks.py in both):
+    # set aside, so that the scenario's import finds its own file.
+    for name in _shadowed():
+        del sys.modules[name]
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(SCENARIOS)
+    sys.argv[:] = argv
+    sys.path.insert(0, str(SCENARIOS))
+    progress.use_unittest()
+    run_log.reset()
+    bisect.reset_budget()
+    try:
+        with warnings.catch_warnings():
+            _fresh_warnings()
+            yield
+    finally:
+        for name in [n for n in sys.modules if n not in saved_modules or sys.modules[n] is not saved_modules[n]]:
+            if name in own or _from_scenarios(sys.modules[name]):
+                del sys.modules[name]
+        sys.modules.update({n: saved_modules[n] for n in own if n in saved_modules})
+        sys.modules.update({n: m for n, m in saved_modules.items() if n not in sys.modules})
+        for s, handler in saved_handlers.items():
+            if handler is not None:
+                signal.signal(s, handler)
+        progress._where = saved_where
+        run_log._log = saved_log  # type: ignore[attr-defined]
+        sys.path[:] = saved_path
+        sys.argv[:] = saved_argv
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def _fresh_warnings() -> None:
+    """A fresh interpreter's warnings filters, and warnings printed to ``sys.stderr`` (not
+    recorded by the pytest that runs this test)."""
+    warnings.resetwarnings()
+    for category, module in ((DeprecationWarning, "__main__"), (DeprecationWarning, ""),
+                             (PendingDeprecationWarning, ""), (ImportWarning, ""), (ResourceWarning, "")):
+        warnings.filterwarnings("default" if module else "ignore", category=category, module=module, append=True)
+    warnings._showwarnmsg_impl = _print_warning  # type: ignore[attr-defined]
+
+
+def _print_warning(msg: warnings.WarningMessage) -> None:
+    (msg.file or sys.stderr).write(warnings._formatwarnmsg(msg))  # type: ignore[attr-defined]
+
+
+def _shadowed() -> List[str]:
+    names = {p.stem for p in SCENARIOS.glob("*.py")}
+    return [n for n in names if n in sys.modules and not _from_scenarios(sys.modules[n])]
+
+
+def _from_scenarios(module: object) -> bool:
+    file = getattr(module, "__file__", None)
+    return bool(file) and Path(str(file)).resolve().is_relative_to(SCENARIOS)
+
+
+@contextlib.contextmanager
+def _captured() -> Iterator[Tuple[str, str]]:
+    """Capture file descriptors 1 and 2 (and ``sys.stdout``/``sys.stderr`` on them); yields (stdout, stderr) after."""
+    result: List[str] = []
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved_fds = os.dup(1), os.dup(2)
+        saved_streams = sys.stdout, sys.stderr
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        # On the descriptors themselves, as a real process's: a rank forked meanwhile
+        # redirects 1 and 2 to its log, and its sys.stdout must follow.
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+        holder = _Output()
+        try:
+            yield holder  # type: ignore[misc]
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+                stream.close()
+            sys.stdout, sys.stderr = saved_streams
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            for fd in saved_fds:
+                os.close(fd)
+            for f in (out, err):
+                f.seek(0)
+                result.append(f.read().decode("utf-8", "replace"))
+            holder[:] = result
+
+
+class _Output(list):
+    """(stdout, stderr), filled when the capture ends."""
