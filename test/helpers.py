@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import inprocess
+import tiers
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -39,7 +40,8 @@ def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
 
 def run(args: Sequence[str], env: Optional[Dict[str, str]] = None, timeout: float = RUN_TIMEOUT,
         cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
-    """Run a command to completion and return it with text output."""
+    """Run a command to completion and return it with text output (a real process: the e2e tier)."""
+    tiers.uses("e2e", f"runs a real process ({Path(str(args[0])).name} ...)")
     return subprocess.run(list(args), cwd=str(cwd or SCENARIOS), env=scenario_env(env), timeout=timeout,
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

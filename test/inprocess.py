@@ -36,6 +36,8 @@ import warnings
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+import tiers
+
 ENV_MODE = "CT_SCENARIOS"  # "subprocess": every scenario run is a real process
 TEST_DIR = Path(__file__).resolve().parent
 SCENARIOS = TEST_DIR / "scenarios"
@@ -80,12 +82,13 @@ def python(scenario: str, args: Sequence[str], env: Dict[str, str], timeout: flo
         module = types.ModuleType("__main__")
         module.__file__ = str(path)
         module.__spec__ = None
-        sys.modules["__main__"] = module
+        # multiprocessing's alias, as its import made it in the real process.
+        sys.modules["__main__"] = sys.modules["__mp_main__"] = module
         exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
         run_tests(argv=argv, module="__main__")
         return 0
 
-    return _run([sys.executable, scenario, *args], argv, env, timeout, body, own=["__main__"])
+    return _run([sys.executable, scenario, *args], argv, env, timeout, body, own=["__main__", "__mp_main__"])
 
 
 def pytest(args: Sequence[str], env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
@@ -100,6 +103,7 @@ def pytest(args: Sequence[str], env: Dict[str, str], timeout: float) -> subproce
 
 def _run(args: List[str], argv: List[str], env: Dict[str, str], timeout: float, body,
          own: List[str]) -> subprocess.CompletedProcess:
+    tiers.uses("world", "runs a scenario in process")
     with _scoped(env, argv, own), _captured() as output:
         # A hang is a bug of the run: end this process with every thread's stack, as the
         # subprocess's timeout would have ended the run.
@@ -138,7 +142,7 @@ def _scoped(env: Dict[str, str], argv: List[str], own: List[str]) -> Iterator[No
     saved_env, saved_cwd, saved_argv, saved_path = dict(os.environ), os.getcwd(), sys.argv[:], sys.path[:]
     saved_modules = dict(sys.modules)
     saved_handlers = {s: signal.getsignal(s) for s in _SIGNALS}
-    saved_where, saved_log = progress._where, run_log.log()
+    saved_where, saved_log, saved_tempdir = progress._where, run_log.log(), tempfile.tempdir
     # A module of this suite that a scenario shares a name with (test_leaks.py in both):
     # set aside, so that the scenario's import finds its own file.
     for name in _shadowed():
@@ -150,6 +154,7 @@ def _scoped(env: Dict[str, str], argv: List[str], own: List[str]) -> Iterator[No
     sys.path.insert(0, str(SCENARIOS))
     progress.use_unittest()
     run_log.reset()
+    tempfile.tempdir = None  # read from TMPDIR again
     bisect.reset_budget()
     try:
         with warnings.catch_warnings():
@@ -159,12 +164,12 @@ def _scoped(env: Dict[str, str], argv: List[str], own: List[str]) -> Iterator[No
         for name in [n for n in sys.modules if n not in saved_modules or sys.modules[n] is not saved_modules[n]]:
             if name in own or _from_scenarios(sys.modules[name]):
                 del sys.modules[name]
-        sys.modules.update({n: saved_modules[n] for n in own if n in saved_modules})
         sys.modules.update({n: m for n, m in saved_modules.items() if n not in sys.modules})
         for s, handler in saved_handlers.items():
             if handler is not None:
                 signal.signal(s, handler)
         progress._where = saved_where
+        tempfile.tempdir = saved_tempdir
         run_log._log = saved_log  # type: ignore[attr-defined]
         sys.path[:] = saved_path
         sys.argv[:] = saved_argv

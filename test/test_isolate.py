@@ -14,7 +14,7 @@ from continuous_test.controller.world import TestPlan
 
 def run_order(*args: str, **env: str):
     with tempfile.TemporaryDirectory() as flaky_dir:
-        return helpers.python("test_order.py", *args, env={"FLAKY_DIR": flaky_dir, **env})
+        return helpers.python("test_order.py", *args, env={"FLAKY_DIR": flaky_dir, **helpers.BISECT_ON, **env})
 
 
 def test_failures_are_told_apart_and_still_fail():
@@ -91,7 +91,7 @@ def test_bad_budget_names_its_source():
 
 
 def test_expected_failures_are_not_rerun():
-    proc = helpers.python("test_rerun_limits.py", "ExpectedFailuresTest")
+    proc = helpers.python("test_rerun_limits.py", "ExpectedFailuresTest", env=helpers.BISECT_ON)
     assert unittest_counts(proc.stderr) == {"ran": 5, "expected failures": 4}, describe(proc)
     # No rerun follows, and the world restarts only after the test whose send no peer
     # received (it may be unmatched); those that made no call keep it: 2 starts.
@@ -106,13 +106,13 @@ def test_a_failure_is_not_rerun_when_the_rerun_would_outlast_the_budget():
     assert "not rerun in a fresh world: it ran 2 s" in proc.stderr, describe(proc)
     assert "rerun and bisect (" not in proc.stderr, describe(proc)
     # With the budget to spare, the same failure is rerun.
-    proc = helpers.python("test_rerun_limits.py", "LongFailureTest", env={"SLOW_SECONDS": "2"})
+    proc = helpers.python("test_rerun_limits.py", "LongFailureTest", env={"SLOW_SECONDS": "2", **helpers.BISECT_ON})
     assert bisect.FAILS_ALONE.format(test="test_slow_failure") in proc.stderr, describe(proc)
 
 
 def test_a_hang_ended_by_the_process_groups_timeout_is_not_rerun():
     # The budget (120 s) has room for a 2 s rerun, but it would hang as long again.
-    proc = helpers.python("test_rerun_limits.py", "PgTimeoutTest")
+    proc = helpers.python("test_rerun_limits.py", "PgTimeoutTest", env=helpers.BISECT_ON)
     assert unittest_counts(proc.stderr) == {"ran": 1, "errors": 1}, describe(proc)
     assert "Timed out waiting" in proc.stderr, describe(proc)
     assert bisect.NOT_RERUN_HUNG in proc.stderr, describe(proc)
@@ -214,7 +214,7 @@ def test_each_replay_runs_in_a_world_of_its_own(monkeypatch):
 
 
 def test_a_fifty_test_history_is_narrowed_to_its_one_culprit():
-    proc = helpers.python("test_bisect_long.py")
+    proc = helpers.python("test_bisect_long.py", env=helpers.BISECT_ON)
     assert unittest_counts(proc.stderr) == {"ran": 51, "failures": 1}, describe(proc)
     others = bisect.OTHERS.format(n=49)
     assert bisect.ORDER_DEPENDENT.format(test="test_zz_victim", culprits="test_31", others=others) in proc.stderr, \

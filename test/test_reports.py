@@ -39,7 +39,8 @@ def exception_line(block: str) -> str:
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tmp")
-    proc = helpers.python("test_reports.py", *FAILING, env={"TMPDIR": str(tmp), "REPORT_IMPORTS": "1"})
+    # real: what the controller imported, and TMPDIR as the template and its ranks read it.
+    proc = helpers.python("test_reports.py", *FAILING, env={"TMPDIR": str(tmp), "REPORT_IMPORTS": "1"}, real=True)
     return proc, tmp
 
 
@@ -263,7 +264,8 @@ def test_a_big_output_is_bounded_in_the_report_and_kept_whole_on_disk(keep):
 
     env = {"CONTINUOUS_TEST_BISECT": "off", **({"CONTINUOUS_TEST_KEEP_OUTPUT": "1"} if keep else {})}
     assert output.ENV_KEEP_OUTPUT == "CONTINUOUS_TEST_KEEP_OUTPUT"
-    proc = helpers.python("test_big_output.py", env=env)
+    # real: the whole texts are removed when the controller exits.
+    proc = helpers.python("test_big_output.py", env=env, real=True)
     assert unittest_counts(proc.stderr) == {"ran": 1, "failures": 1}, describe(proc)
     assert len(proc.stderr) < 100_000, len(proc.stderr)  # 5 000 lines and a 50 000-character one, per rank
     paths = {}
@@ -295,7 +297,8 @@ def test_a_huge_exception_message_is_cut_to_its_head_and_tail_and_kept_whole_on_
     from continuous_test.wire.outcome import MAX_HEADLINE, MAX_MESSAGE, MAX_TRACEBACK
 
     env = {"CONTINUOUS_TEST_BISECT": "off", **({"CONTINUOUS_TEST_KEEP_OUTPUT": "1"} if runner.endswith("keep") else {})}
-    proc = (helpers.pytest if runner == "pytest" else helpers.python)("test_big_message.py", env=env)
+    # real: the whole texts are removed when the controller exits.
+    proc = (helpers.pytest if runner == "pytest" else helpers.python)("test_big_message.py", env=env, real=True)
     output = proc.stdout + proc.stderr
     assert "start of the message" in output and "end of the message" in output, describe(proc)
     notes = re.findall(r"\.\.\. \(\d+ characters of this (?:message|traceback) left out; "
