@@ -108,6 +108,45 @@ def test_the_durations_file_is_plain_json_and_a_bad_one_is_named(tmp_path):
         shard.Durations.load(str(path))
 
 
+CONFLICTED = """{"version": 1,
+<<<<<<< HEAD
+ "tests": {"t": 1.5},
+=======
+ "tests": {"t": 2.5},
+>>>>>>> shard-4
+ "worlds": {}}
+"""
+
+
+@pytest.mark.parametrize("text", ['{"version": 1, "tests": {"t": 1.', CONFLICTED, ""],
+                         ids=["truncated", "merge-conflict", "empty"])
+def test_a_durations_file_that_is_not_json_is_a_clear_error_naming_it(tmp_path, text):
+    # Read for a shard: the error names the file and says what to do (pytest makes it a usage error).
+    path = tmp_path / "d.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        shard.Durations.load(str(path))
+    message = str(caught.value)
+    assert message.startswith(f"Invalid durations file {path}: ") and "--ct-store-durations" in message, message
+
+
+def test_storing_over_a_durations_file_that_is_not_json_writes_it_again_from_this_run(tmp_path):
+    # Stored at a session's end: an unreadable file is written again from this run alone (pytest_sessionfinish).
+    from continuous_test import pytest_plugin
+
+    path = tmp_path / "d.json"
+    path.write_text(CONFLICTED)
+    sharding = pytest_plugin._Sharding(None, str(path), str(path), 1, False)
+    sharding.test_seconds, sharding.world_seconds = {"f.py::C::test_a": 0.25}, {"f.py::C": 1.5}
+
+    class Session:
+        exitstatus = pytest.ExitCode.OK
+
+    pytest_plugin._Recorder(sharding).pytest_sessionfinish(Session())  # type: ignore[arg-type]
+    assert json.loads(path.read_text()) == {"version": 1, "tests": {"f.py::C::test_a": 0.25},
+                                            "worlds": {"f.py::C": 1.5}}
+
+
 def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
