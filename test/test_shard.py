@@ -199,14 +199,36 @@ def test_the_diagnosis_says_what_a_failure_follows(shared, fresh, said):
 
 
 def test_a_run_that_failed_in_any_phase_stays_failed():
+    # The failing phase is never the last: keeping the last outcome would say passed.
     tally = repeat.RepeatTally()
     run = repeat.RepeatRun("t", repeat.SHARED, 1, 2)
-    tally.record(run, True)
-    tally.record(run, False)  # its teardown failed
+    tally.record(run, True)  # setup
+    tally.record(run, False)  # call
+    tally.record(run, True)  # teardown
     tally.record(run, None)
-    tally.record(repeat.RepeatRun("t", repeat.SHARED, 2, 2), True)
-    assert tally.tests["t"].shared == {1: False, 2: True}
-    assert "t: shared world 1/2 passed" in tally.summary()[1]
+    later = repeat.RepeatRun("t", repeat.SHARED, 2, 2)
+    tally.record(later, False)  # setup failed, then the rest was skipped
+    tally.record(later, None)
+    tally.record(later, True)
+    fresh = repeat.RepeatRun("t", repeat.FRESH, 1, 2)
+    tally.record(fresh, True)
+    tally.record(fresh, True)
+    assert tally.tests["t"].shared == {1: False, 2: False} and tally.tests["t"].fresh == {1: True}
+    assert tally.summary()[1] == f"t: shared world 0/2 passed, fresh worlds 1/1 passed: {repeat.FOLLOWS_WORLD}"
+
+
+@pytest.mark.parametrize("shared, fresh, said", [
+    # fail, pass, fail in the shared world: neither its first run nor every run after it; every fresh run passed.
+    ([False, True, False], [True] * 3, repeat.FOLLOWS_WORLD),
+    ([False, True, False], [], repeat.FLAKY.format(
+        where="in the shared world (add --ct-repeat-fresh to tell the world apart)")),
+    ([False, True, False], [True, False, True], repeat.FLAKY.format(where="in fresh worlds too")),
+    ([False, True, True], [True] * 3, repeat.FOLLOWS_ORDER_FIRST),
+    ([True, False, False], [True] * 3, repeat.FOLLOWS_ORDER_LATER),
+])
+def test_the_diagnosis_of_a_shared_world_that_went_fail_pass_fail(shared, fresh, said):
+    counts = repeat.RepeatCounts("t", 3, dict(enumerate(shared, 1)), dict(enumerate(fresh, 1)))
+    assert counts.diagnosis() == said
 
 
 # -- scenarios: pytest --------------------------------------------------------------------
