@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import subprocess
 import sys
 from collections import Counter
 
@@ -229,6 +230,73 @@ def test_a_run_that_failed_in_any_phase_stays_failed():
 def test_the_diagnosis_of_a_shared_world_that_went_fail_pass_fail(shared, fresh, said):
     counts = repeat.RepeatCounts("t", 3, dict(enumerate(shared, 1)), dict(enumerate(fresh, 1)))
     assert counts.diagnosis() == said
+
+
+# -- a fresh run's world ------------------------------------------------------------------
+
+class FreshRunClass:
+    """Stands for a shared-world class whose test is repeated in fresh worlds."""
+
+
+class _Popen:
+    """A ``subprocess.Popen`` as a rank's ``multiprocessing`` process looks to the controller."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc, self.pid = proc, proc.pid
+
+    @property
+    def exitcode(self):
+        return self.proc.poll()
+
+    def join(self, timeout=None) -> None:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class _NoPipe:
+    def close(self) -> None:
+        pass
+
+
+def test_the_world_a_fresh_run_started_is_stopped_after_it_and_never_reused(monkeypatch):
+    # Each start of a world is one process of its own group (sleep), where the template would fork ranks.
+    from continuous_test import config as ct_config
+    from continuous_test.controller import world
+    from continuous_test.controller.processes import RankProcess
+    from continuous_test.wire.messages import ClassSettings
+
+    started: list = []
+
+    def start(self) -> None:
+        proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        started.append(proc)
+        self.ranks = [RankProcess(0, _Popen(proc), _NoPipe(), os.devnull)]
+        self.starts += 1
+        self.state = world.WorldState.READY
+
+    settings = ClassSettings("FreshRunClass", 1, "cpu", "gloo", 1.0, 10.0, 5.0)
+    monkeypatch.setattr(world, "_WORLDS", {})
+    monkeypatch.setattr(world.World, "start", start)
+    monkeypatch.setattr(world.World, "_shutdown_gracefully", lambda self: None)  # no rank to ask
+    monkeypatch.setattr(ct_config, "resolve", lambda cls, size=None: settings)
+    try:
+        shared = world.start_world_for(FreshRunClass)  # the class's shared runs
+        with repeat.fresh_world(FreshRunClass):
+            assert started[0].returncode is not None, "the shared world is stopped before the fresh run"
+            fresh = world.start_world_for(FreshRunClass)  # what the fresh run's test asks for
+            assert fresh is not shared and len(started) == 2
+        assert started[1].returncode is not None, "the fresh run's rank is still running (or unreaped) after it"
+        assert fresh.state is world.WorldState.STOPPED and fresh.ranks == []
+        assert not any(key[0] is FreshRunClass for key in world._WORLDS), world._WORLDS
+        again = world.start_world_for(FreshRunClass)  # the next fresh run, or a later shared test
+        assert again is not fresh and len(started) == 3 and started[2].poll() is None
+        world.stop_world(FreshRunClass)
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
 
 
 # -- scenarios: pytest --------------------------------------------------------------------
