@@ -130,8 +130,8 @@ class _FakeReplayer:
         return self.culprits <= {ran.method for ran in sequence[:-1]} or not self.culprits
 
 
-def _plans(names):
-    return [TestPlan(name, f"T.{name}", 1.0, "restore") for name in names]
+def _plans(names, time_limit=1.0):
+    return [TestPlan(name, f"T.{name}", time_limit, "restore") for name in names]
 
 
 @pytest.mark.parametrize("position", range(7))
@@ -211,6 +211,83 @@ def test_each_replay_runs_in_a_world_of_its_own(monkeypatch):
     victim = _plans(["test_victim"])[0]
     assert replay.fails([victim]) and replay.fails(_plans(["test_a"]) + [victim])
     assert len(started) == 2 and started[0] is not started[1] and replay.worlds == 2
+
+
+class _Clock:
+    """bisect's ``time`` on a fake clock: replays take the seconds the test says, whatever the machine's load."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+
+def _clocked_worlds(clock, seconds, limits):
+    """A World whose start and stop take 0.5 s each and whose tests take ``seconds[method]`` (1 s if not named),
+    up to the time limit each was sent with (recorded in ``limits``), which ends it as a time-out."""
+    from continuous_test.errors import RankTimeoutError
+    from continuous_test.verdict.merge import Status, Verdict
+
+    class ClockedWorld:
+        world_size = 2
+        started = 0
+
+        def __init__(self, cls, settings):
+            pass
+
+        def start(self):
+            ClockedWorld.started += 1
+            clock.now += 0.5
+
+        def run_test(self, plan):
+            limits.append(plan.time_limit)
+            took = seconds.get(plan.method, 1.0)
+            if took > plan.time_limit:
+                clock.now += plan.time_limit
+                return Verdict(Status.FAIL, error=RankTimeoutError(f"{plan.test_id} exceeded its time limit"),
+                               restart_world=True)
+            clock.now += took
+            return Verdict(Status.FAIL if plan.method == "test_victim" else Status.PASS)
+
+        def stop(self):
+            clock.now += 0.5
+
+    return ClockedWorld
+
+
+def test_replay_time_is_charged_to_the_bisect_budget(monkeypatch):
+    clock, limits = _Clock(), []
+    worlds = _clocked_worlds(clock, {}, limits)
+    monkeypatch.setattr(bisect, "time", clock)
+    monkeypatch.setattr(bisect, "World", worlds)
+    monkeypatch.setattr(bisect, "_spent", 0.0)
+    sequence = _plans(["test_a", "test_victim"], 30.0)
+    first = bisect._Replayer(object, None, budget=6.0)
+    assert first.fails(sequence)  # start 0.5 + two tests 2.0 + stop 0.5
+    assert (bisect._spent, first.seconds) == (3.0, 3.0)
+    # The budget is per process: the next failure's diagnosis gets what is left of it.
+    second = bisect._Replayer(object, None, budget=6.0)
+    assert second.fails(sequence) and (bisect._spent, second.seconds) == (6.0, 3.0)
+    with pytest.raises(bisect._Stop, match=r"time budget is spent \(CONTINUOUS_TEST_BISECT=6 seconds"):
+        second.fails(sequence)
+    assert worlds.started == 2, "a replay started a world with no budget left"
+
+
+def test_a_replays_time_limit_is_cut_to_the_budget_left(monkeypatch):
+    clock, limits = _Clock(), []
+    monkeypatch.setattr(bisect, "time", clock)
+    monkeypatch.setattr(bisect, "World", _clocked_worlds(clock, {"test_slow": 5.0}, limits))
+    monkeypatch.setattr(bisect, "_spent", 6.0)  # of 10: 4 s left
+    replay = bisect._Replayer(object, None, budget=10.0)
+    # Each test of the replay gets the smaller of its own limit (30 s) and what is left when it is sent.
+    assert replay.fails(_plans(["test_a", "test_victim"], 30.0)) and limits == [3.5, 2.5]
+    # Ended by the cut limit: the budget is spent, which says nothing about the test (no "fails" answer).
+    limits.clear()
+    monkeypatch.setattr(bisect, "_spent", 6.0)
+    with pytest.raises(bisect._Stop, match="time budget is spent"):
+        replay.fails(_plans(["test_slow", "test_victim"], 30.0))
+    assert limits == [3.5]
 
 
 def test_a_fifty_test_history_is_narrowed_to_its_one_culprit():

@@ -1,6 +1,7 @@
 """The pytest plugin, @distributed functions and pytest-xdist, driven through real pytest runs."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -17,7 +18,7 @@ def functions(tmp_path_factory):
     pid_log = tmp / "pids"
     junit = tmp / "junit.xml"
     proc = helpers.pytest("test_functions.py", "-vv", f"--junitxml={junit}", "--durations=3",
-                          env={"PID_LOG": str(pid_log)})
+                          f"--ct-store-durations={tmp / 'durations.json'}", env={"PID_LOG": str(pid_log)})
     return proc, pid_log, junit
 
 
@@ -60,7 +61,28 @@ def test_junitxml_records_failing_ranks(functions):
 
 
 def test_durations_option(functions):
-    assert "slowest 3 durations" in functions[0].stdout
+    # pytest's --durations=3 lists the three slowest phases with the time the ranks took: the hang's call
+    # waited out its time limit (2 s, counted from the send).
+    proc, _, junit = functions
+    listed = proc.stdout.split("slowest 3 durations", 1)[1].split("\n=", 1)[0]
+    slowest = re.findall(r"^(\d+\.\d+)s (setup|call|teardown) +(\S+)$", listed, re.M)
+    seconds = [float(s) for s, _, _ in slowest]
+    assert len(slowest) == 3 and seconds == sorted(seconds, reverse=True), describe(proc)
+    calls = {node.rsplit("::", 1)[1]: float(s) for s, when, node in slowest if when == "call"}
+    assert calls.get("test_hangs_on_rank_0", 0.0) >= 2.0, describe(proc)
+    # --ct-store-durations wrote every test's own time (all its phases, as JUnit's time, less the world start
+    # it paid for) and each world's start.
+    stored = json.loads((junit.parent / "durations.json").read_text())
+    tests = {node.rsplit("::", 1)[1]: s for node, s in stored["tests"].items()}
+    worlds = {world.rsplit("::", 1)[1]: s for world, s in stored["worlds"].items()}
+    total = {case.get("name"): float(case.get("time")) for case in ET.parse(junit).getroot().iter("testcase")}
+    assert set(tests) == set(total) and len(total) == 12, stored
+    assert set(worlds) == {"_DistributedFunctions_2", "_DistributedFunctions_3"} and all(worlds.values()), stored
+    assert all(tests[name] <= total[name] + 0.002 for name in total), (stored, total)
+    assert tests["test_hangs_on_rank_0"] >= 2.0, stored
+    # The only test of the world of 3 paid for its one start.
+    paid = total["test_other_world_size"] - tests["test_other_world_size"]
+    assert abs(paid - worlds["_DistributedFunctions_3"]) < 0.002, (stored, total)
 
 
 def test_last_failed_reruns_only_failures(tmp_path):

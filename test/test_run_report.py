@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 from pathlib import Path
 
 import helpers
@@ -186,6 +187,97 @@ def test_the_page_is_self_contained_and_marks_what_happened(unittest_run):
     assert 'class="marker restart"' in text and 'class="marker start rerun"' in text
     assert 'data-test="OrderTest.test_g_always" data-ranks="0,1"' in text
     assert text == report_html.render(report)  # the file is the page of the report
+
+
+# Every character HTML gives a meaning to, in a parametrized test's id (pytest keeps ids as written).
+ODD = """test/test_q.py::Quoted::test_x[it's "a" <b> & </script><script>alert(1)</script>]"""
+ODD_PLAIN = """test/test_q.py::test_plain['<&>"]"""
+ODD_START = """WorldStartError: rank 0 could not join: ValueError('<bad> "x" & y')"""
+
+
+def _odd_report() -> dict:
+    """A run report (valid by the schema) whose test ids, polluters, leaks and start error are full of them."""
+    start = {"time": 10.0, "seconds": 0.5, "restart": False, "after": None, "purpose": "tests", "for_test": ODD,
+             "failed": None}
+    worlds = [
+        {"id": "Quoted", "worker": None, "class": "Quoted", "world_size": 2, "kind": "shared", "for_test": None,
+         "starts": [start, dict(start, time=12.0, restart=True, after=ODD),
+                    dict(start, time=13.0, restart=True, after=ODD, failed=ODD_START)], "stopped": 14.0},
+        {"id": "Quoted (replay)", "worker": None, "class": "Quoted", "world_size": 2, "kind": "replay",
+         "for_test": ODD, "starts": [dict(start, time=11.5, purpose="rerun")], "stopped": 12.0},
+    ]
+    run = {"world": "Quoted", "worker": None, "test": ODD, "for_test": ODD, "start": 11.0, "end": 11.5,
+           "outcome": "failed", "failing_ranks": [0, 1], "purpose": "tests"}
+    runs = [run, dict(run, world="Quoted (replay)", start=11.6, end=11.9, purpose="rerun")]
+    test = {"id": ODD, "worker": None, "outcome": "failed", "start": 11.0, "end": 11.5, "seconds": 0.5,
+            "world": "Quoted", "world_start": 1, "world_restarts": 0, "restarts_world": True, "failing_ranks": [0, 1],
+            "diagnosis": {"verdict": "order-dependent", "polluters": [ODD_PLAIN], "worlds": 1, "seconds": 0.3,
+                          "text": ODD},
+            "leaks": [{"item": ODD_START, "ranks": [0], "restored": True, "before": "'<'", "after": '">"'}],
+            "leaks_restored": True, "shuffle_seed": None, "repeat": None}
+    plain = dict(test, id=ODD_PLAIN, outcome="passed", start=13.5, end=13.6, seconds=0.1, world=None,
+                 world_start=None, restarts_world=False, failing_ranks=[], diagnosis=None, leaks=[],
+                 leaks_restored=None)
+    return {"version": 1, "tool": "continuous_test", "started": 9.0, "finished": 15.0, "shuffle_seed": None,
+            "workers": [], "worlds": worlds, "tests": [test, plain], "runs": runs}
+
+
+class _Page(HTMLParser):
+    """The elements of a page as a browser's parser sees them: (tag, attributes) and the text in each."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: list = []
+        self.texts: dict = {}
+        self._open: list = []
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+        if tag != "meta":  # the page's one element without an end tag
+            self._open.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag):
+        if tag in self._open:
+            while self._open.pop() != tag:
+                pass
+
+    def handle_data(self, data):
+        if self._open:
+            self.texts.setdefault(self._open[-1], []).append(data)
+
+
+def test_the_page_escapes_quotes_and_markup_of_test_ids_in_attributes_and_text():
+    report = _odd_report()
+    assert_valid(report)
+    text = report_html.render(report)
+    page = _Page(text)
+    tags = [tag for tag, _ in page.elements]
+    assert "script" not in tags and "b" not in tags, "markup of a test id became elements of the page"
+    # Attributes: each value read back whole (a quote left as is would end it early and add attributes).
+    tested = [attrs["data-test"] for _, attrs in page.elements if "data-test" in attrs]
+    assert tested == [ODD, ODD, ODD_PLAIN, ODD, ODD_PLAIN], tested  # the bars lane by lane, then the table's rows
+    assert [attrs["data-world"] for _, attrs in page.elements if "data-world" in attrs] == \
+        ["Quoted", "Quoted (replay)", "without ranks"]
+    known = {"lang", "charset", "class", "data-test", "data-world", "data-ranks", "x", "y", "x1", "y1", "x2", "y2",
+             "width", "height", "viewbox", "role", "aria-label", "fill", "opacity", "d", "rx", "stroke",
+             "stroke-width", "stroke-dasharray", "style", "text-anchor"}
+    assert {name for _, attrs in page.elements for name in attrs} <= known
+    # Text: tooltips, labels and the table's cells say them as they are.
+    titles = page.texts["title"]
+    assert f"{ODD}: failed, 0.50 s, failing ranks 0, 1" in titles
+    assert f"{ODD}: failed, 0.30 s, failing ranks 0, 1 (rerun for {ODD})" in titles
+    assert f"world restarted (0.50 s to start) after {ODD}" in titles
+    assert f"world failed to start: {ODD_START}" in titles
+    assert f"2 ranks, rerun/bisect of {ODD.rsplit('::', 1)[1]}" in page.texts["text"]  # the replay lane's name
+    cells = page.texts["td"]
+    assert ODD in cells and ODD_PLAIN in cells and f"order-dependent after {ODD_PLAIN}" in cells
+    assert f"{ODD_START} (restored)" in cells
+    assert ODD not in text and ODD_PLAIN not in text  # never raw, even where the parser forgives it
 
 
 def test_the_command_writes_the_page_and_refuses_what_is_not_a_report(unittest_run, tmp_path):

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import subprocess
 import sys
 from collections import Counter
 
@@ -108,6 +109,45 @@ def test_the_durations_file_is_plain_json_and_a_bad_one_is_named(tmp_path):
         shard.Durations.load(str(path))
 
 
+CONFLICTED = """{"version": 1,
+<<<<<<< HEAD
+ "tests": {"t": 1.5},
+=======
+ "tests": {"t": 2.5},
+>>>>>>> shard-4
+ "worlds": {}}
+"""
+
+
+@pytest.mark.parametrize("text", ['{"version": 1, "tests": {"t": 1.', CONFLICTED, ""],
+                         ids=["truncated", "merge-conflict", "empty"])
+def test_a_durations_file_that_is_not_json_is_a_clear_error_naming_it(tmp_path, text):
+    # Read for a shard: the error names the file and says what to do (pytest makes it a usage error).
+    path = tmp_path / "d.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        shard.Durations.load(str(path))
+    message = str(caught.value)
+    assert message.startswith(f"Invalid durations file {path}: ") and "--ct-store-durations" in message, message
+
+
+def test_storing_over_a_durations_file_that_is_not_json_writes_it_again_from_this_run(tmp_path):
+    # Stored at a session's end: an unreadable file is written again from this run alone (pytest_sessionfinish).
+    from continuous_test import pytest_plugin
+
+    path = tmp_path / "d.json"
+    path.write_text(CONFLICTED)
+    sharding = pytest_plugin._Sharding(None, str(path), str(path), 1, False)
+    sharding.test_seconds, sharding.world_seconds = {"f.py::C::test_a": 0.25}, {"f.py::C": 1.5}
+
+    class Session:
+        exitstatus = pytest.ExitCode.OK
+
+    pytest_plugin._Recorder(sharding).pytest_sessionfinish(Session())  # type: ignore[arg-type]
+    assert json.loads(path.read_text()) == {"version": 1, "tests": {"f.py::C::test_a": 0.25},
+                                            "worlds": {"f.py::C": 1.5}}
+
+
 def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -160,14 +200,103 @@ def test_the_diagnosis_says_what_a_failure_follows(shared, fresh, said):
 
 
 def test_a_run_that_failed_in_any_phase_stays_failed():
+    # The failing phase is never the last: keeping the last outcome would say passed.
     tally = repeat.RepeatTally()
     run = repeat.RepeatRun("t", repeat.SHARED, 1, 2)
-    tally.record(run, True)
-    tally.record(run, False)  # its teardown failed
+    tally.record(run, True)  # setup
+    tally.record(run, False)  # call
+    tally.record(run, True)  # teardown
     tally.record(run, None)
-    tally.record(repeat.RepeatRun("t", repeat.SHARED, 2, 2), True)
-    assert tally.tests["t"].shared == {1: False, 2: True}
-    assert "t: shared world 1/2 passed" in tally.summary()[1]
+    later = repeat.RepeatRun("t", repeat.SHARED, 2, 2)
+    tally.record(later, False)  # setup failed, then the rest was skipped
+    tally.record(later, None)
+    tally.record(later, True)
+    fresh = repeat.RepeatRun("t", repeat.FRESH, 1, 2)
+    tally.record(fresh, True)
+    tally.record(fresh, True)
+    assert tally.tests["t"].shared == {1: False, 2: False} and tally.tests["t"].fresh == {1: True}
+    assert tally.summary()[1] == f"t: shared world 0/2 passed, fresh worlds 1/1 passed: {repeat.FOLLOWS_WORLD}"
+
+
+@pytest.mark.parametrize("shared, fresh, said", [
+    # fail, pass, fail in the shared world: neither its first run nor every run after it; every fresh run passed.
+    ([False, True, False], [True] * 3, repeat.FOLLOWS_WORLD),
+    ([False, True, False], [], repeat.FLAKY.format(
+        where="in the shared world (add --ct-repeat-fresh to tell the world apart)")),
+    ([False, True, False], [True, False, True], repeat.FLAKY.format(where="in fresh worlds too")),
+    ([False, True, True], [True] * 3, repeat.FOLLOWS_ORDER_FIRST),
+    ([True, False, False], [True] * 3, repeat.FOLLOWS_ORDER_LATER),
+])
+def test_the_diagnosis_of_a_shared_world_that_went_fail_pass_fail(shared, fresh, said):
+    counts = repeat.RepeatCounts("t", 3, dict(enumerate(shared, 1)), dict(enumerate(fresh, 1)))
+    assert counts.diagnosis() == said
+
+
+# -- a fresh run's world ------------------------------------------------------------------
+
+class FreshRunClass:
+    """Stands for a shared-world class whose test is repeated in fresh worlds."""
+
+
+class _Popen:
+    """A ``subprocess.Popen`` as a rank's ``multiprocessing`` process looks to the controller."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc, self.pid = proc, proc.pid
+
+    @property
+    def exitcode(self):
+        return self.proc.poll()
+
+    def join(self, timeout=None) -> None:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class _NoPipe:
+    def close(self) -> None:
+        pass
+
+
+def test_the_world_a_fresh_run_started_is_stopped_after_it_and_never_reused(monkeypatch):
+    # Each start of a world is one process of its own group (sleep), where the template would fork ranks.
+    from continuous_test import config as ct_config
+    from continuous_test.controller import world
+    from continuous_test.controller.processes import RankProcess
+    from continuous_test.wire.messages import ClassSettings
+
+    started: list = []
+
+    def start(self) -> None:
+        proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        started.append(proc)
+        self.ranks = [RankProcess(0, _Popen(proc), _NoPipe(), os.devnull)]
+        self.starts += 1
+        self.state = world.WorldState.READY
+
+    settings = ClassSettings("FreshRunClass", 1, "cpu", "gloo", 1.0, 10.0, 5.0)
+    monkeypatch.setattr(world, "_WORLDS", {})
+    monkeypatch.setattr(world.World, "start", start)
+    monkeypatch.setattr(world.World, "_shutdown_gracefully", lambda self: None)  # no rank to ask
+    monkeypatch.setattr(ct_config, "resolve", lambda cls, size=None: settings)
+    try:
+        shared = world.start_world_for(FreshRunClass)  # the class's shared runs
+        with repeat.fresh_world(FreshRunClass):
+            assert started[0].returncode is not None, "the shared world is stopped before the fresh run"
+            fresh = world.start_world_for(FreshRunClass)  # what the fresh run's test asks for
+            assert fresh is not shared and len(started) == 2
+        assert started[1].returncode is not None, "the fresh run's rank is still running (or unreaped) after it"
+        assert fresh.state is world.WorldState.STOPPED and fresh.ranks == []
+        assert not any(key[0] is FreshRunClass for key in world._WORLDS), world._WORLDS
+        again = world.start_world_for(FreshRunClass)  # the next fresh run, or a later shared test
+        assert again is not fresh and len(started) == 3 and started[2].poll() is None
+        world.stop_world(FreshRunClass)
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
 
 
 # -- scenarios: pytest --------------------------------------------------------------------
