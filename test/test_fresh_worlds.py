@@ -103,6 +103,12 @@ class _Suite:
     def test_new_port(self):
         os.environ["MASTER_PORT"] = "29501"
 
+    def test_deletes_the_port(self):
+        del os.environ["MASTER_PORT"]
+
+    def test_deletes_another_variable(self):
+        del os.environ["NCCL_DEBUG"]
+
     def test_other_variable(self):
         os.environ["NCCL_DEBUG"] = "INFO"
 
@@ -119,8 +125,8 @@ class _Suite:
 
 def test_the_rule_reads_the_test_and_its_helpers():
     picked = sorted(name for name in dir(_Suite) if name.startswith("test") and changes_its_world(_Suite, name))
-    assert picked == ["test_declared_exit", "test_destroys_the_default_group", "test_exits", "test_new_port",
-                      "test_through_helpers"]
+    assert picked == ["test_declared_exit", "test_deletes_the_port", "test_destroys_the_default_group", "test_exits",
+                      "test_new_port", "test_through_helpers"]
 
 
 def test_decorator_names_patterns_dicts_and_rules_choose_tests():
@@ -135,6 +141,14 @@ def test_decorator_names_patterns_dicts_and_rules_choose_tests():
     assert wanted(Chosen, "test_decorated") and wanted(Chosen, "test_decorated[ws2]")
     assert not wanted(Chosen, "test_exits")
     assert not wanted(_Suite, "test_exits")  # no choice made: the rule applies only where chosen
+    # A sized test (test_x[ws2]) is chosen by its unsized name, as a name, a pattern or a rule sees it.
+    assert wanted(Chosen, "test_plain[ws2]") and wanted(Chosen, "test_other_variable[ws1]")
+    assert not wanted(Chosen, "test_exits[ws2]")
+
+    class Ruled(_Suite):
+        fresh_world_tests = changes_its_world
+
+    assert wanted(Ruled, "test_exits[ws2]") and not wanted(Ruled, "test_plain[ws2]")
 
     class Bad(_Suite):
         fresh_world_tests = 42
