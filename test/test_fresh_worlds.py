@@ -50,7 +50,11 @@ def _check_dirs(out: Path) -> None:
     assert sorted(paths) == ["test_a_dir", "test_b_dir"], dict(paths)
     assert all(len(p) == 1 for p in paths.values()), dict(paths)  # the same directory on every rank
     assert paths["test_a_dir"] != paths["test_b_dir"]
-    assert not any(os.path.exists(p) for ps in paths.values() for p in ps)  # removed after each test
+    # test_a_dir's directory, looked for by each rank two tests later, in the world that made it:
+    # removed once every rank reported test_a, not only when its world stopped.
+    gone = sorted(line.split() for line in (out / "gone").read_text().splitlines())
+    (made,) = paths["test_a_dir"]
+    assert gone == [["0", made, "False", "True"], ["1", made, "False", "True"]], gone
 
 
 @pytest.mark.parametrize("runner", ["python", "pytest"])
@@ -59,7 +63,7 @@ def test_tests_that_change_their_world_get_one_of_their_own_and_the_others_share
     if runner == "python":
         report = tmp_path / "report.json"
         proc = helpers.python(SCENARIO, env={**env, "CONTINUOUS_TEST_REPORT": str(report)})
-        assert unittest_counts(proc.stderr) == {"ran": 15, "errors": 1}, describe(proc)
+        assert unittest_counts(proc.stderr) == {"ran": 16, "errors": 1}, describe(proc)
         # The run report puts the worlds of their own on one lane of kind "fresh", 3 starts.
         worlds = {w["id"]: w for w in json.loads(report.read_text())["worlds"]}
         assert worlds["FreshWorldTest"]["kind"] == "shared" and len(worlds["FreshWorldTest"]["starts"]) == 1
@@ -67,7 +71,7 @@ def test_tests_that_change_their_world_get_one_of_their_own_and_the_others_share
         assert own["kind"] == "fresh" and len(own["starts"]) == 3, own
     else:
         proc = helpers.pytest(SCENARIO, env=env)
-        assert pytest_counts(proc.stdout) == {"passed": 14, "failed": 1}, describe(proc)
+        assert pytest_counts(proc.stdout) == {"passed": 15, "failed": 1}, describe(proc)
     assert BAD in proc.stdout + proc.stderr, describe(proc)
     _check_worlds(tmp_path)
     _check_dirs(tmp_path)
@@ -155,6 +159,7 @@ def test_decorator_names_patterns_dicts_and_rules_choose_tests():
 
     with pytest.raises(ConfigError, match=r"Bad.fresh_world_tests must be test names"):
         wanted(Bad, "test_plain")
+
 
 
 if __name__ == "__main__":
