@@ -162,5 +162,42 @@ def test_decorator_names_patterns_dicts_and_rules_choose_tests():
 
 
 
+def test_a_world_of_its_own_has_no_leak_check_even_under_the_fail_policy(monkeypatch):
+    # Nothing a test leaves in a world of its own reaches another test: the test's plan says
+    # CONTINUOUS_TEST_LEAKS=fail, what its world runs says off (the ranks take no snapshot).
+    # (The scenario's FreshWorldTest shows it on real ranks, under its class's policy.)
+    from continuous_test import config
+    from continuous_test.controller import dispatch, run_log, world
+    from continuous_test.verdict.merge import Status, Verdict
+
+    class OwnWorld:  # the world dispatch starts for the one test, never started here
+        def __init__(self, cls, settings):
+            self.cls, self.world_size, self.ran = cls, settings.world_size, []
+
+        def start(self):
+            pass
+
+        def run_test(self, plan):
+            self.ran.append(plan)
+            return Verdict(Status.PASS)
+
+        def stop(self):
+            return []
+
+    started: list = []
+    monkeypatch.setattr(world, "World", lambda cls, settings: started.append(OwnWorld(cls, settings)) or started[-1])
+    monkeypatch.setattr(config, "resolve", lambda cls, size=None: config.ClassSettings(
+        cls.__qualname__, 2, "cpu", "gloo", 1.0, 10.0, 10.0))
+    monkeypatch.setattr(run_log, "_LOG", run_log.RunLog())
+    monkeypatch.setenv(config.ENV_LEAKS, "fail")
+
+    class Own(_Suite):
+        fresh_world_tests = "test_plain"
+
+    planned = dispatch.plan(Own, "test_plain", "Own.test_plain")
+    assert planned.leak_policy == "fail" and wanted(Own, "test_plain")
+    assert dispatch._run_in_a_world_of_its_own(Own, planned).status is Status.PASS
+    assert [[(p.method, p.leak_policy) for p in w.ran] for w in started] == [[("test_plain", "off")]]
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -6,6 +6,9 @@ class's world; ``test_b`` (``@fresh_world``), ``test_c`` (a pattern of
 ``fresh_world_tests``) and ``test_e`` (picked by ``changes_its_world``: its helper
 destroys and re-creates the default group) each get one of their own.  Had
 ``test_b`` or ``test_e`` run in the shared world, ``test_f`` would find no group.
+The class's leak policy is ``fail``, and ``test_b``, ``test_c`` and ``test_e`` each
+leave their world changed (the default group destroyed, a variable set): they pass,
+as a world of its own has no leak check.
 
 ``SharedDirTest`` checks ``shared_temp_dir``: one directory per test, the same on
 every rank, empty at the test's start, removed after it (its paths go to
@@ -50,6 +53,7 @@ class Gloo(MultiProcContinuousTest):
 
 class FreshWorldTest(Gloo):
     fresh_world_tests = either({"test_c_*"}, changes_its_world)
+    leak_policy = "fail"  # no leak check in a world of its own: its tests that leave changes pass
 
     def _sum(self):
         t = torch.ones(2)
@@ -74,6 +78,7 @@ class FreshWorldTest(Gloo):
     def test_c_by_pattern(self):
         note("test_c_by_pattern", self.rank)
         self._sum()
+        os.environ["FRESH_WORLD_LEAK"] = "1"
 
     def test_d_shared(self):
         note("test_d_shared", self.rank)
