@@ -50,7 +50,11 @@ def _check_dirs(out: Path) -> None:
     assert sorted(paths) == ["test_a_dir", "test_b_dir"], dict(paths)
     assert all(len(p) == 1 for p in paths.values()), dict(paths)  # the same directory on every rank
     assert paths["test_a_dir"] != paths["test_b_dir"]
-    assert not any(os.path.exists(p) for ps in paths.values() for p in ps)  # removed after each test
+    # test_a_dir's directory, looked for by each rank two tests later, in the world that made it:
+    # removed once every rank reported test_a, not only when its world stopped.
+    gone = sorted(line.split() for line in (out / "gone").read_text().splitlines())
+    (made,) = paths["test_a_dir"]
+    assert gone == [["0", made, "False", "True"], ["1", made, "False", "True"]], gone
 
 
 @pytest.mark.parametrize("runner", ["python", "pytest"])
@@ -59,7 +63,7 @@ def test_tests_that_change_their_world_get_one_of_their_own_and_the_others_share
     if runner == "python":
         report = tmp_path / "report.json"
         proc = helpers.python(SCENARIO, env={**env, "CONTINUOUS_TEST_REPORT": str(report)})
-        assert unittest_counts(proc.stderr) == {"ran": 15, "errors": 1}, describe(proc)
+        assert unittest_counts(proc.stderr) == {"ran": 16, "errors": 1}, describe(proc)
         # The run report puts the worlds of their own on one lane of kind "fresh", 3 starts.
         worlds = {w["id"]: w for w in json.loads(report.read_text())["worlds"]}
         assert worlds["FreshWorldTest"]["kind"] == "shared" and len(worlds["FreshWorldTest"]["starts"]) == 1
@@ -67,7 +71,7 @@ def test_tests_that_change_their_world_get_one_of_their_own_and_the_others_share
         assert own["kind"] == "fresh" and len(own["starts"]) == 3, own
     else:
         proc = helpers.pytest(SCENARIO, env=env)
-        assert pytest_counts(proc.stdout) == {"passed": 14, "failed": 1}, describe(proc)
+        assert pytest_counts(proc.stdout) == {"passed": 15, "failed": 1}, describe(proc)
     assert BAD in proc.stdout + proc.stderr, describe(proc)
     _check_worlds(tmp_path)
     _check_dirs(tmp_path)
@@ -103,6 +107,12 @@ class _Suite:
     def test_new_port(self):
         os.environ["MASTER_PORT"] = "29501"
 
+    def test_deletes_the_port(self):
+        del os.environ["MASTER_PORT"]
+
+    def test_deletes_another_variable(self):
+        del os.environ["NCCL_DEBUG"]
+
     def test_other_variable(self):
         os.environ["NCCL_DEBUG"] = "INFO"
 
@@ -119,8 +129,8 @@ class _Suite:
 
 def test_the_rule_reads_the_test_and_its_helpers():
     picked = sorted(name for name in dir(_Suite) if name.startswith("test") and changes_its_world(_Suite, name))
-    assert picked == ["test_declared_exit", "test_destroys_the_default_group", "test_exits", "test_new_port",
-                      "test_through_helpers"]
+    assert picked == ["test_declared_exit", "test_deletes_the_port", "test_destroys_the_default_group", "test_exits",
+                      "test_new_port", "test_through_helpers"]
 
 
 def test_decorator_names_patterns_dicts_and_rules_choose_tests():
@@ -135,6 +145,14 @@ def test_decorator_names_patterns_dicts_and_rules_choose_tests():
     assert wanted(Chosen, "test_decorated") and wanted(Chosen, "test_decorated[ws2]")
     assert not wanted(Chosen, "test_exits")
     assert not wanted(_Suite, "test_exits")  # no choice made: the rule applies only where chosen
+    # A sized test (test_x[ws2]) is chosen by its unsized name, as a name, a pattern or a rule sees it.
+    assert wanted(Chosen, "test_plain[ws2]") and wanted(Chosen, "test_other_variable[ws1]")
+    assert not wanted(Chosen, "test_exits[ws2]")
+
+    class Ruled(_Suite):
+        fresh_world_tests = changes_its_world
+
+    assert wanted(Ruled, "test_exits[ws2]") and not wanted(Ruled, "test_plain[ws2]")
 
     class Bad(_Suite):
         fresh_world_tests = 42
@@ -142,6 +160,44 @@ def test_decorator_names_patterns_dicts_and_rules_choose_tests():
     with pytest.raises(ConfigError, match=r"Bad.fresh_world_tests must be test names"):
         wanted(Bad, "test_plain")
 
+
+
+def test_a_world_of_its_own_has_no_leak_check_even_under_the_fail_policy(monkeypatch):
+    # Nothing a test leaves in a world of its own reaches another test: the test's plan says
+    # CONTINUOUS_TEST_LEAKS=fail, what its world runs says off (the ranks take no snapshot).
+    # (The scenario's FreshWorldTest shows it on real ranks, under its class's policy.)
+    from continuous_test import config
+    from continuous_test.controller import dispatch, run_log, world
+    from continuous_test.verdict.merge import Status, Verdict
+
+    class OwnWorld:  # the world dispatch starts for the one test, never started here
+        def __init__(self, cls, settings):
+            self.cls, self.world_size, self.ran = cls, settings.world_size, []
+
+        def start(self):
+            pass
+
+        def run_test(self, plan):
+            self.ran.append(plan)
+            return Verdict(Status.PASS)
+
+        def stop(self):
+            return []
+
+    started: list = []
+    monkeypatch.setattr(world, "World", lambda cls, settings: started.append(OwnWorld(cls, settings)) or started[-1])
+    monkeypatch.setattr(config, "resolve", lambda cls, size=None: config.ClassSettings(
+        cls.__qualname__, 2, "cpu", "gloo", 1.0, 10.0, 10.0))
+    monkeypatch.setattr(run_log, "_LOG", run_log.RunLog())
+    monkeypatch.setenv(config.ENV_LEAKS, "fail")
+
+    class Own(_Suite):
+        fresh_world_tests = "test_plain"
+
+    planned = dispatch.plan(Own, "test_plain", "Own.test_plain")
+    assert planned.leak_policy == "fail" and wanted(Own, "test_plain")
+    assert dispatch._run_in_a_world_of_its_own(Own, planned).status is Status.PASS
+    assert [[(p.method, p.leak_policy) for p in w.ran] for w in started] == [[("test_plain", "off")]]
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

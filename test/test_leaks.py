@@ -233,6 +233,19 @@ def test_fail_policy_fails_and_an_unrestorable_leak_restarts_the_world():
     assert "(rank 0)" in str(verdict.error) and verdict.restart_world
 
 
+
+def test_a_leak_put_back_under_fail_fails_the_test_and_restarts_the_world():
+    # Put back in the rank, and still the test's failure: the next test starts in a new world,
+    # as after any failure (a passing test's verdict said to keep the world).
+    report = _check(lambda: torch.set_default_dtype(torch.float64), "fail")
+    assert report.policy == "fail" and [(leak.item, leak.restored) for leak in report.leaks] == \
+        [("torch default dtype", True)]
+    verdict = merge("T.test_x", 2, {r: RankOutcome(r, [outcome.Event(outcome.EventKind.SUCCESS)], leaks=report)
+                                    for r in (0, 1)})
+    assert verdict.status is Status.FAIL and isinstance(verdict.error, errors.LeakError)
+    assert verdict_leaks.RESTORED in str(verdict.error) and verdict_leaks.FAILED_BY_POLICY in str(verdict.error)
+    assert verdict.restart_world
+
 class Marked:
     pytestmark = [pytest.mark.ct_leaks("fail").mark]
     leak_policy = "off"

@@ -199,6 +199,41 @@ def test_a_call_that_returns_a_work_handle_is_marked_as_under_way(ring):
     assert started.describe().endswith("(returned a work handle; its wait is not recorded)")
 
 
+def test_a_caught_failed_call_marks_its_test_and_not_the_next(ring, monkeypatch):
+    # A call that failed in its communication (the transport closed the connection), which the
+    # test caught, marks that test's outcome (the world then starts new ranks); the next test
+    # starts unmarked, and an argument check that failed ("invalid root rank") is no failed call.
+    import unittest
+
+    from continuous_test.rank import run as rank_run
+    from continuous_test.wire.outcome import EventKind
+
+    group_class = type(dist.distributed_c10d._get_default_group())
+
+    def closed(self, *args, **kwargs):
+        raise RuntimeError("Connection closed by peer")
+
+    class Calls(unittest.TestCase):
+        def test_catches_a_failed_call(self):
+            with monkeypatch.context() as patched:
+                patched.setattr(group_class, "allreduce", closed)
+                with self.assertRaisesRegex(RuntimeError, "Connection closed by peer"):
+                    dist.all_reduce(torch.ones(1))
+
+        def test_next(self):
+            dist.all_reduce(torch.ones(1))
+
+        def test_bad_argument(self):
+            with self.assertRaisesRegex(RuntimeError, "invalid root rank"):
+                dist.broadcast(torch.ones(1), src=5)  # no rank 5 in a world of 1
+
+    ran = [rank_run.run_case(Calls(name), 0, "off")
+           for name in ("test_catches_a_failed_call", "test_next", "test_catches_a_failed_call", "test_bad_argument")]
+    assert [[e.kind for e in o.events] for o in ran] == [[EventKind.SUCCESS]] * 4, [o.events for o in ran]
+    assert [o.call_failed for o in ran] == [True, False, True, False]
+    assert [c.status for c in records.read_file(ring).calls] == [records.STATUS_RAISED]  # the last test's call
+
+
 @pytest.mark.parametrize("runner", ["python", "pytest"])
 def test_code_that_inspects_torch_distributed_does_not_see_the_recorder(runner):
     import re

@@ -229,5 +229,27 @@ def test_point_to_point_calls_that_do_not_pair_up_are_a_divergence():
     assert not timeline.build(paired).divergent
 
 
+
+def test_settled_only_when_every_call_ended_and_the_point_to_point_calls_pair_up():
+    def call(seq, op, peer=-1, status=records.STATUS_RETURNED):
+        flags = records.FLAG_P2P if peer >= 0 else 0
+        return records.Call(seq, seq, op, flags, status, "float32", (4,), -1, peer, "", "test_x.py", 40 + seq)
+
+    def ranks(*per_rank):
+        return {r: records.RankCalls(r, 1, tuple(calls)) for r, calls in enumerate(per_rank)}
+
+    barrier = call(1, "barrier")
+    paired = ranks([barrier, call(1, "send", 1)], [barrier, call(1, "recv", 0)])
+    assert timeline.build(paired).settled, timeline.build(paired).text
+    # Every call returned, but rank 0 sent once more than rank 1 received: not settled.
+    unmatched = ranks([barrier, call(1, "send", 1), call(2, "send", 1)], [barrier, call(1, "recv", 0)])
+    built = timeline.build(unmatched)
+    assert not built.settled and timeline.P2P_UNMATCHED.format(src=0, dst=1, sent=2, received=1) in built.text
+    assert not timeline.build(ranks([barrier, call(1, "isend", 1, records.STATUS_ASYNC)],
+                                    [barrier, call(1, "recv", 0)])).settled  # a work handle not waited for
+    assert not timeline.build(ranks([barrier], [call(1, "barrier", status=records.STATUS_WAITING)])).settled
+    assert not timeline.build(paired, dead=[1]).settled
+    assert not timeline.build({0: paired[0], 1: None}).settled  # a rank's calls unknown
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -4,11 +4,13 @@ Each test runs one class of scenarios/test_world_faults.py under pytest and read
 outcomes, its per-phase durations (``--durations``) and the pids its tests wrote.
 Durations are asserted with generous bounds: they pin that a wait is the configured
 one (a grace period ten times too long, a shutdown bound twenty times too long fail),
-never how fast this machine is.
+never how fast this machine is.  At the end, in this process: what a test's outcomes
+make of its world (new ranks, or the same), on stand-in ranks.
 """
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -261,6 +263,88 @@ def test_a_skip_on_one_rank_while_a_peer_waits_is_reported_within_the_grace_peri
     assert "test_b_innocent (__main__.SkipOnOneRankTest.test_b_innocent) ... ok" in proc.stderr, describe(proc)
     assert took < 40, describe(proc)  # the grace period (3 s), not the process group's timeout (120 s)
 
+
+
+# -- in this process: what a test's outcomes make of its world, on stand-in ranks ----------
+
+class _StandInRank:
+    """A rank's handle as World.run_test uses it: the messages sent to it are kept."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank, self.sent, self.conn = rank, [], self
+
+    def send_bytes(self, payload: bytes) -> None:
+        self.sent.append(pickle.loads(payload))
+
+    def mark_output(self) -> None:
+        pass
+
+    def read_output(self) -> str:
+        return ""
+
+
+class _StandInWatch:
+    """Every rank replies to the test with its outcome in ``outcomes``."""
+
+    def __init__(self, outcomes: dict) -> None:
+        self.outcomes = outcomes
+
+    def wait(self, goal):
+        from continuous_test.controller.watch import Waited
+        from continuous_test.wire.messages import TestDone
+
+        return Waited(pending=set(), replies={r: TestDone.of(r, goal.seq, o) for r, o in self.outcomes.items()})
+
+    def deaths(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def _passed(rank: int, **fields):
+    from continuous_test.wire.outcome import Event, EventKind, RankOutcome
+
+    return RankOutcome(rank, [Event(EventKind.SUCCESS)], **fields)
+
+
+def _put_back(policy: str):
+    from continuous_test.wire.outcome import Leak, LeakReport
+
+    return LeakReport(policy, (Leak("torch default dtype", "torch.float32", "torch.float64", True),))
+
+
+@pytest.mark.parametrize("case, policy, rank_0, status, new_ranks", [
+    ("plain pass", "restore", {}, "pass", False),
+    # Caught by the test, which passed: its group's connections may be broken (gloo closes a
+    # pair whose call timed out), so new ranks start before the next test.
+    ("caught failed call", "restore", {"call_failed": True}, "pass", True),
+    ("default group replaced", "restore", {"group_changed": True}, "pass", False),  # a new group, same ranks
+    ("leak put back, restore", "restore", {"leaks": _put_back("restore")}, "pass", False),
+    ("leak put back, fail", "fail", {"leaks": _put_back("fail")}, "fail", True),  # as after any failure
+])
+def test_what_a_tests_outcome_makes_of_its_world(case, policy, rank_0, status, new_ranks, monkeypatch, tmp_path):
+    from continuous_test import config
+    from continuous_test.controller import world
+    from continuous_test.errors import LeakError
+
+    killed: list = []
+    monkeypatch.setattr(world, "kill_ranks", killed.extend)
+    shared = world.World(type("T", (), {}), config.ClassSettings("T", 2, "cpu", "gloo", 1.0, 10.0, 10.0))
+    ranks = [_StandInRank(0), _StandInRank(1)]
+    shared.ranks, shared._watch, shared.state = list(ranks), _StandInWatch({0: _passed(0, **rank_0), 1: _passed(1)}), \
+        world.WorldState.READY
+    shared.dir = str(tmp_path / "world")
+    os.mkdir(shared.dir)
+    verdict = shared.run_test(world.TestPlan("test_x", "T.test_x", 60.0, policy))
+    assert verdict.status.value == status, (case, verdict.error)
+    assert isinstance(verdict.error, LeakError) is (policy == "fail"), verdict.error
+    assert [r.sent[0].method for r in ranks] == ["test_x", "test_x"]
+    if new_ranks:  # killed, and its files removed: the next test starts the world again
+        assert killed == ranks and shared.state is world.WorldState.BROKEN and not os.path.exists(tmp_path / "world")
+    else:
+        assert killed == [] and shared.state is world.WorldState.READY and shared.ranks == ranks
+        assert (shared._reinit is not None) is bool(rank_0.get("group_changed")), case
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -121,3 +121,35 @@ def test_sizes_parse_check_and_expand():
     case = Plain()
     sizes.set_size(case, 2)
     assert case.world_size == 2 and Plain.world_size.sizes == [1, 2]
+
+
+def test_a_subclass_of_a_sized_class_has_each_test_once_per_size():
+    # expand runs again for the subclass (its world_size is the parent's WorldSizes): the names the parent
+    # already sized are kept, not sized again (test_a[ws1][ws2]); the subclass's own tests are sized.
+    import unittest
+
+    from continuous_test import MultiProcContinuousTest
+
+    class Sized(MultiProcContinuousTest):
+        world_size = [1, 2]
+
+        def test_a(self):
+            pass
+
+    class Sub(Sized):
+        def test_b(self):
+            pass
+
+    names = ["test_a[ws1]", "test_a[ws2]", "test_b[ws1]", "test_b[ws2]"]
+    assert unittest.defaultTestLoader.getTestCaseNames(Sub) == names
+    assert sorted(n for n in dir(Sub) if n.startswith("test") and getattr(Sub, n) is not None) == names
+    assert getattr(Sub, "test_a[ws2]") is getattr(Sized, "test_a[ws2]") and Sub.world_size.sizes == [1, 2]
+
+    class Plain:
+        def test_a(self):
+            pass
+
+    sizes.expand(Plain, [1, 2])
+    sizes.expand(Plain, [1, 2])  # idempotent
+    assert sorted(n for n in vars(Plain) if n.startswith("test") and vars(Plain)[n] is not None) == \
+        ["test_a[ws1]", "test_a[ws2]"]

@@ -6,12 +6,17 @@ class's world; ``test_b`` (``@fresh_world``), ``test_c`` (a pattern of
 ``fresh_world_tests``) and ``test_e`` (picked by ``changes_its_world``: its helper
 destroys and re-creates the default group) each get one of their own.  Had
 ``test_b`` or ``test_e`` run in the shared world, ``test_f`` would find no group.
+The class's leak policy is ``fail``, and ``test_b``, ``test_c`` and ``test_e`` each
+leave their world changed (the default group destroyed, a variable set): they pass,
+as a world of its own has no leak check.
 
 ``SharedDirTest`` checks ``shared_temp_dir``: one directory per test, the same on
 every rank, empty at the test's start, removed after it (its paths go to
-``$FRESH_DIR/dirs``).  ``GroupInUseTest`` is torch's ``test_barrier_timeout_full_group``:
-rank 0 alone waits in a barrier on a group that its peers, done with their test,
-must not have closed yet, so it times out after the group's one second.
+``$FRESH_DIR/dirs``; ``test_c``, two tests later in the same world, writes to
+``$FRESH_DIR/gone`` whether ``test_a``'s directory still exists, and its world's).
+``GroupInUseTest`` is torch's ``test_barrier_timeout_full_group``: rank 0 alone
+waits in a barrier on a group that its peers, done with their test, must not have
+closed yet, so it times out after the group's one second.
 ``ClassGroupTest``: the group a class's ``_init_pg`` makes again after a test destroyed
 the default group is the world's, never released as the test's.  ``BrokenPairTest``: a call that failed (a monitored barrier timed out on rank 0)
 may leave the default group's connections closed; the next test gets a new group.
@@ -48,6 +53,7 @@ class Gloo(MultiProcContinuousTest):
 
 class FreshWorldTest(Gloo):
     fresh_world_tests = either({"test_c_*"}, changes_its_world)
+    leak_policy = "fail"  # no leak check in a world of its own: its tests that leave changes pass
 
     def _sum(self):
         t = torch.ones(2)
@@ -72,6 +78,7 @@ class FreshWorldTest(Gloo):
     def test_c_by_pattern(self):
         note("test_c_by_pattern", self.rank)
         self._sum()
+        os.environ["FRESH_WORLD_LEAK"] = "1"
 
     def test_d_shared(self):
         note("test_d_shared", self.rank)
@@ -106,6 +113,16 @@ class SharedDirTest(Gloo):
 
     def test_b_dir(self):
         self._check("test_b_dir")
+
+    def test_c_after_the_dirs(self):
+        # test_a's directory is removed once every rank reported test_a: gone now, while the
+        # world that made it still runs (test_b's may still be there: this test may have been
+        # sent ahead before the controller was done with test_b).
+        with open(os.path.join(OUT, "dirs")) as f:
+            (made,) = {line.split()[2] for line in f if line.startswith("test_a_dir ")}
+        world_dir = os.path.dirname(os.path.dirname(made))  # <world dir>/shared/<test>
+        with open(os.path.join(OUT, "gone"), "a") as f:
+            f.write(f"{self.rank} {made} {os.path.exists(made)} {os.path.isdir(world_dir)}\n")
 
 
 class GroupInUseTest(Gloo):
