@@ -55,6 +55,15 @@ def python(scenario: str, *args: str, real: bool = False, env: Optional[Dict[str
     return run([sys.executable, scenario, *args], env=env, timeout=timeout, cwd=cwd)
 
 
+def unittest(*args: str, real: bool = False, env: Optional[Dict[str, str]] = None,
+             timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+    """``python -m unittest args...`` in the scenarios directory: in this process (test/inprocess.py)
+    unless ``real`` or the run needs the real process."""
+    if not real and inprocess.enabled() and inprocess.reason_for_real("unittest", args[0], args, env, None) is None:
+        return inprocess.unittest(args, scenario_env(env), timeout)
+    return run([sys.executable, "-m", "unittest", *args], env=env, timeout=timeout)
+
+
 def pytest(scenario: str, *args: str, real: bool = False, env: Optional[Dict[str, str]] = None,
            timeout: float = RUN_TIMEOUT, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
     """``python -m pytest scenarios/<scenario> args...`` with no cache and plain output: in this

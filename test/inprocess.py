@@ -54,13 +54,16 @@ def enabled() -> bool:
 def reason_for_real(runner: str, scenario: str, args: Sequence[str], env: Optional[Dict[str, str]],
                     cwd: Optional[Path]) -> Optional[str]:
     """Why this run needs a real process (None: it can run here)."""
-    path = SCENARIOS / scenario.split("::")[0]
+    path = SCENARIOS / (f"{scenario.split('.')[0]}.py" if runner == "unittest" else scenario.split("::")[0])
     if cwd is not None and Path(cwd) != SCENARIOS:
         return "a working directory of its own"
     if not path.is_file():
         return "not a scenario file"
     if env and "PYTHONPATH" in env:
         return "a PYTHONPATH of its own (the template's sys.path would not have it)"
+    if runner == "unittest":
+        return None if all((SCENARIOS / f"{a.split('.')[0]}.py").is_file() for a in args if not a.startswith("-")) \
+            else "not scenario modules"
     if runner == "python" and not _MAIN_BLOCK.search(path.read_text()):
         return "its main block is not run_tests()"
     if runner == "pytest" and any(a == "-n" or a.startswith(("-n", "--numprocesses", "--pdb")) for a in args):
@@ -89,6 +92,17 @@ def python(scenario: str, args: Sequence[str], env: Dict[str, str], timeout: flo
         return 0
 
     return _run([sys.executable, scenario, *args], argv, env, timeout, body, own=["__main__", "__mp_main__"])
+
+
+def unittest(args: Sequence[str], env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """``python -m unittest args...`` in this process: ``unittest.main`` with the same arguments."""
+    import unittest as unittest_module
+
+    def body() -> int:
+        unittest_module.main(module=None, argv=["python -m unittest", *args])
+        return 0
+
+    return _run([sys.executable, "-m", "unittest", *args], ["python -m unittest", *args], env, timeout, body, own=[])
 
 
 def pytest(args: Sequence[str], env: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:

@@ -21,9 +21,9 @@ def run(runner, classes, stamp_dir, env=None, args=()):
     if runner == "python":
         return helpers.python(SCENARIO, *classes, *args, env=env)
     if runner == "unittest":
-        return helpers.run([sys.executable, "-m", "unittest", *(f"test_ahead.{c}" for c in classes), *args], env=env)
+        return helpers.unittest(*(f"test_ahead.{c}" for c in classes), *args, env=env)
     ids = [f"{SCENARIO}::{c}" for c in classes]
-    return helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *ids, *args], env=env)
+    return helpers.pytest(*ids, "-rA", *args, env=env)
 
 
 def passed_all(runner, proc, n):

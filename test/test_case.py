@@ -30,7 +30,7 @@ def test_python_names_one_test():
 
 
 def test_python_m_unittest():
-    proc = helpers.run([helpers.sys.executable, "-m", "unittest", "test_basic"])
+    proc = helpers.unittest("test_basic")
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 5}, describe(proc)
 

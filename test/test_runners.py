@@ -1,7 +1,6 @@
 """The same file gives the same verdicts under every runner: ``python file.py``, ``python -m unittest``, pytest, xdist."""
 from __future__ import annotations
 
-import sys
 
 import helpers
 import pytest
@@ -9,7 +8,7 @@ from helpers import describe, pytest_counts, unittest_counts
 
 RUNNERS = {
     "python": lambda scenario, env=None: helpers.python(scenario, env=env),
-    "unittest": lambda scenario, env=None: helpers.run([sys.executable, "-m", "unittest", scenario[:-3]], env=env),
+    "unittest": lambda scenario, env=None: helpers.unittest(scenario[:-3], env=env),
     "pytest": lambda scenario, env=None: helpers.pytest(scenario, env=env),
     # xdist's workers run threads of their own: their ranks always come from the fresh-interpreter template.
     "xdist": lambda scenario, env=None: helpers.pytest(scenario, "-n", "2", env=env),

@@ -438,7 +438,7 @@ def test_run_tests_shards_cover_the_file_once(tmp_path):
     classes = [{name.split(".")[0] for name in ran(p)} for p in parts]
     assert sum(len(c) for c in classes) == len(set().union(*classes)), classes
     assert "shard 2/2 (CONTINUOUS_TEST_SHARD environment variable)" in parts[1].stderr
-    unittest_main = helpers.run([sys.executable, "-m", "unittest", "test_shard"], env={**env, ENV_SHARD: "2/2"})
+    unittest_main = helpers.unittest("test_shard", env={**env, ENV_SHARD: "2/2"})
     assert sorted(ran(unittest_main)) == sorted(ran(parts[1])), describe(unittest_main)
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import helpers
 import pytest
@@ -34,7 +33,7 @@ def test_a_seed_replays_one_order_and_keeps_classes_together():
     classes = [name.split(".")[0] for name in order(first)]
     assert sum(1 for a, b in zip(classes, classes[1:]) if a != b) == 2, "a class was split"
     assert shuffle.SEED_LINE.format(seed=7) in first.stderr
-    unittest_main = helpers.run([sys.executable, "-m", "unittest", "test_shuffle"], env=seeded("7"))
+    unittest_main = helpers.unittest("test_shuffle", env=seeded("7"))
     assert order(unittest_main) == order(first), describe(unittest_main)
 
 

@@ -50,7 +50,7 @@ def test_python_m_unittest_forks_the_template_before_any_test_runs():
     # python -m unittest calls no run_tests(): the template is made once unittest
     # loaded the tests, before the controller's parallel work (it was made at the
     # first world start, after it, which forced the fresh-interpreter template).
-    proc = helpers.run([sys.executable, "-m", "unittest", "test_template_fork"], env=ENV)
+    proc = helpers.unittest("test_template_fork", env=ENV)
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
     assert "template kind: fork" in proc.stdout, describe(proc)
