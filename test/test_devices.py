@@ -14,7 +14,9 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
+import types
 import unittest
 
 import helpers
@@ -118,12 +120,147 @@ def test_a_world_larger_than_the_host_skips(tmp_path):
         _pool(tmp_path).lease(5, "big", bound=1)
 
 
+def test_a_world_of_exactly_the_hosts_devices_gets_them_all_and_one_more_skips(tmp_path):
+    env = _env(tmp_path, **{ENV_DEVICE_WAIT: "2"})  # a world that waited instead of skipping fails soon
+    # What a world leases is need(pool size): all 4 of 4 is a lease, not a skip.
+    try:
+        lease = devices.lease_for("cpu", lambda total: total, "all", env=env)
+    except unittest.SkipTest as exc:  # pytest would count it as a skip, not a failure
+        pytest.fail(f"a world of all 4 devices of 4 was skipped: {exc}")
+    assert lease is not None and lease.ids == ("0", "1", "2", "3") and lease.env() == {
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    lease.release()
+    with pytest.raises(unittest.SkipTest) as caught:
+        devices.lease_for("cpu", lambda total: total + 1, "one more", env=env)
+    assert str(caught.value) == ("one more needs 5 simulated device(s), this host has 4 "
+                                 f"(simulated: {ENV_SIMULATE_DEVICES}=4); skipped"), caught.value
+    # The refused world took nothing: every device is free at once.
+    again = _pool(tmp_path).lease(4, "again", bound=0.3)  # (4 of 4 again: a skip here failed above already)
+    assert again.ids == ("0", "1", "2", "3")
+    again.release()
+    from torch.testing._internal.common_distributed import skip_if_lt_x_gpu
+
+    class Case(unittest.TestCase):
+        @skip_if_lt_x_gpu(4)
+        def test_all(self):
+            pass
+
+        @skip_if_lt_x_gpu(5)
+        def test_more(self):
+            pass
+
+    # A test asking for exactly the host's count sets the world's lease; one asking one more skips by itself.
+    assert devices.class_need(Case, 2, "cuda", None, ["test_all", "test_more"], pool_size=4) == 4
+    assert devices.class_need(Case, 2, "cuda", None, ["test_more"], pool_size=4) == 2
+
+
+def test_a_partial_lease_that_fails_gives_back_what_it_took(tmp_path):
+    pool = _pool(tmp_path)
+    first = pool.lease(2, "first", bound=5)  # 0 and 1
+    free = ("2", "3")
+
+    def took_nothing(after):
+        assert not [d for d in free if devices._busy(pool._file(d))], f"the lease that {after} kept its devices"
+        assert pool.holders(free) == "", pool.holders(free)  # nor does a lock file still name it
+        lease = pool.lease(2, "after", bound=0.5)  # the queue is free too
+        assert lease.ids == free
+        lease.release()
+
+    # It takes 2 and 3, then waits in vain for a third.
+    with pytest.raises(DeviceWaitError, match="partial waited 0.3 s for 3 simulated device"):
+        pool.lease(3, "partial", bound=0.3)
+    took_nothing("waited too long")
+
+    def interrupted():
+        assert devices._busy(pool._file("2")) and devices._busy(pool._file("3")), "not a partial lease"
+        raise KeyboardInterrupt
+
+    # Stopping the process's idle worlds (make_room) raises: even a BaseException gives them back.
+    with pytest.raises(KeyboardInterrupt):
+        pool.lease(3, "interrupted", bound=5, make_room=interrupted)
+    took_nothing("was interrupted")
+    first.release()
+
+
+def test_worlds_waiting_at_once_are_served_one_at_a_time_through_the_queue(tmp_path, monkeypatch):
+    """The queue's head alone takes devices as they free up: a small world queued behind a big one
+    never takes a device the big one waits for, and is served when the big one has its lease and the
+    queue is free."""
+    pool = _pool(tmp_path)
+    holders = [pool.lease(1, f"holder {i}", bound=5) for i in range(4)]  # every device, one lease each
+    gate, big_sleeps = threading.Event(), threading.Event()
+
+    def sleep(seconds):
+        # The big world's first poll for devices parks here until the gate opens: a freed device stays
+        # free until the small world, which polls freely, had its chance.
+        if threading.current_thread().name == "big" and not gate.is_set():
+            big_sleeps.set()
+            gate.wait(helpers.RUN_TIMEOUT)
+        else:
+            time.sleep(seconds)
+
+    monkeypatch.setattr(devices, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
+    served, leases, errors = [], {}, []
+    small_waits = threading.Event()
+
+    def world(name, need, beat=None):
+        try:
+            leases[name] = pool.lease(need, name, bound=helpers.RUN_TIMEOUT, beat=beat, heartbeat=60)
+            served.append(name)
+        except BaseException as exc:  # noqa: BLE001 - the test thread reports it
+            errors.append(f"{name}: {exc!r}")
+
+    big = threading.Thread(target=world, args=("big", 4), name="big", daemon=True)
+    small = threading.Thread(target=world, args=("small", 1, lambda line: small_waits.set()), name="small",
+                             daemon=True)
+    try:
+        big.start()
+        assert big_sleeps.wait(60), errors  # the big world holds the queue and waits for 4 devices
+        holders[0].release()  # device 0 is free now
+        small.start()
+        deadline = time.monotonic() + 60
+        while not (small_waits.is_set() or served or errors) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not served and not errors and small_waits.is_set(), (served, errors, pool.holders(["0"]))
+        assert not devices._busy(pool._file("0")), f"device 0 was taken by {pool.holders(['0'])}"
+        gate.set()
+        for holder in holders[1:]:
+            holder.release()
+        big.join(60)
+        assert served == ["big"] and leases["big"].ids == ("0", "1", "2", "3"), (served, errors)
+        time.sleep(0.3)  # the small world has the queue now, and nothing free
+        assert served == ["big"], (served, errors)
+        leases["big"].release()
+        small.join(60)
+        assert served == ["big", "small"] and leases["small"].ids == ("0",) and not errors, (served, errors)
+    finally:
+        gate.set()
+        for lease in (*holders, *leases.values()):
+            lease.release()
+        big.join(60)
+        small.join(60)
+
+
 def test_bad_settings_name_their_variable(tmp_path):
-    with pytest.raises(ConfigError, match=ENV_SIMULATE_DEVICES):
-        devices.simulated_devices({ENV_SIMULATE_DEVICES: "four"})
+    for value in ("four", "0", "-2", "1.5"):
+        with pytest.raises(ConfigError) as caught:
+            devices.simulated_devices({ENV_SIMULATE_DEVICES: value})
+        assert str(caught.value) == (f"Invalid {value!r} from {ENV_SIMULATE_DEVICES} environment variable: "
+                                     "expected a positive int"), caught.value
+    for value in ("-1", "0", "soon", "inf"):
+        with pytest.raises(ConfigError) as caught:
+            devices.device_wait({ENV_DEVICE_WAIT: value})
+        assert str(caught.value) == (f"Invalid device wait {value!r} from {ENV_DEVICE_WAIT} environment variable: "
+                                     "expected a positive number of seconds"), caught.value
+    # Good values are read as given; unset or blank is the documented default (docs/devices.rst: 600 s).
+    assert devices.simulated_devices({ENV_SIMULATE_DEVICES: " 3 "}) == 3
+    assert devices.simulated_devices({ENV_SIMULATE_DEVICES: " "}) is None and devices.simulated_devices({}) is None
+    assert devices.device_wait({ENV_DEVICE_WAIT: "2.5"}) == 2.5
+    assert devices.device_wait({}) == devices.device_wait({ENV_DEVICE_WAIT: " "}) == 600.0
+    # A bad setting fails the world's lease before any device is touched, naming the variable.
     with pytest.raises(ConfigError, match=ENV_DEVICE_WAIT):
-        devices.device_wait({ENV_DEVICE_WAIT: "-1"})
-    assert devices.device_wait({}) == devices.DEFAULT_DEVICE_WAIT
+        devices.lease_for("cpu", lambda total: 1, "x", env=_env(tmp_path, **{ENV_DEVICE_WAIT: "-1"}))
+    assert not glob.glob(str(tmp_path / "pool" / "*.lock"))
 
 
 def test_the_visible_devices_of_the_parent_are_the_pool(tmp_path, monkeypatch):
@@ -165,14 +302,22 @@ def test_a_killed_holders_devices_go_back_at_once(tmp_path):
 
 
 def test_a_waiting_world_gets_its_devices_and_says_what_it_waits_for(tmp_path):
-    holder = _holder(tmp_path, 3, 1.5)
-    lines = []
+    holder = _holder(tmp_path, 3, 1.5)  # 0, 1 and 2 for 1.5 s
+    pool = _pool(tmp_path)
+    lines, meanwhile = [], []
+
+    def beat(line):
+        lines.append(line)
+        meanwhile.append(pool.holders(["3"]))  # who holds the one free device while the world waits
+
     started = time.monotonic()
-    lease = _pool(tmp_path).lease(2, "waiter", bound=30, beat=lines.append, heartbeat=0.5)
+    lease = pool.lease(2, "waiter", bound=30, beat=beat, heartbeat=0.5)
     waited = time.monotonic() - started
     holder.wait()
     assert 0.5 < waited < 25, waited
-    assert lease.ids[0] == "3" or len(lease.ids) == 2
+    # The waiting world took device 3 at once and kept it; the first device its holder gave back completes it.
+    assert meanwhile and set(meanwhile) == {f"pid {os.getpid()} (waiter)"}, meanwhile
+    assert lease.ids == ("0", "3") and lease.env() == {"CUDA_VISIBLE_DEVICES": "0,3"}, lease.ids
     assert lines and lines[0].startswith("continuous_test: waiter waits for 2 simulated device(s) of 4"), lines
     assert f"held by pid {holder.pid} (holder)" in lines[0] and ENV_DEVICE_WAIT in lines[0], lines
     lease.release()

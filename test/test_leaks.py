@@ -10,6 +10,7 @@ import importlib
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -19,7 +20,7 @@ import warnings
 import pytest
 import torch
 
-from continuous_test import config, errors
+from continuous_test import _procfs, config, errors
 from continuous_test.rank import leaks
 from continuous_test.verdict import leaks as verdict_leaks
 from continuous_test.verdict.merge import Status, merge
@@ -214,6 +215,60 @@ def test_a_live_thread_cannot_be_put_back():
     finally:
         stop.set()
         thread.join()
+
+
+# A session leader (sh) with a child (sleep) and a grandchild (sh, and its sleep); it prints both sleeps' pids.
+SESSION_FAMILY = 'sleep 300 & echo $!; sh -c "sleep 300 & echo \\$!; wait" & wait'
+
+
+def _descendants(pid):
+    found, todo = [], [pid]
+    while todo:
+        kids = _procfs.children(todo.pop())
+        found += kids
+        todo += kids
+    return found
+
+
+@pytest.mark.parametrize("end", ["the leak check", "the rank's end"])
+def test_a_session_childs_own_children_are_ended_with_it(end):
+    """A test's child in a session of its own is ended with its whole group: what it started too, which the
+    end of the rank's group would not reach either (in process: a real sh family, ended by its pid alone)."""
+    if leaks._children() is None:
+        pytest.skip("the kernel does not list a thread's children (/proc/self/task/<tid>/children)")
+    before = leaks.take()
+    child = subprocess.Popen(["sh", "-c", SESSION_FAMILY], start_new_session=True, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        printed = [int(child.stdout.readline()) for _ in range(2)]
+        family = _descendants(child.pid)
+        assert len(family) == 3 and set(printed) <= set(family), (printed, family)
+        assert {os.getpgid(pid) for pid in family} == {child.pid}  # they stayed in the session's group
+        if end == "the leak check":
+            report = leaks.check(before, "restore")
+            assert report is not None, "the session child was not seen"
+            (leak,) = report.leaks
+            assert (leak.item, leak.before, leak.restored) == (
+                "child processes in a session of their own", "none running", True), leak
+            assert leak.after.startswith("'sh -c sleep 300 &") and leak.after.endswith("still running; ended"), leak
+        else:
+            leaks.end_children_outside_group()
+        assert child.wait(timeout=30) == -signal.SIGKILL
+        deadline = time.monotonic() + 30
+        while [pid for pid in family if _procfs.running(pid)] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [pid for pid in family if _procfs.running(pid)]
+        assert not left, f"the session child's own children outlived it: {left} of {family}"
+    finally:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except OSError:  # ended, as it should be
+            pass
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    assert leaks.check(before, "restore") is None
 
 
 def test_ranks_with_the_same_change_share_a_line():

@@ -222,6 +222,51 @@ def test_hydra_on_one_host_names_the_job_by_its_pmi_proxy():
         theirs.close()
 
 
+def test_hydra_across_hosts_needs_master_port_for_its_pmi_socket_names_one_proxy_per_host():
+    """Across hosts each host's ranks talk to a proxy of their own at the other end of PMI_FD: it is no job
+    id every rank shares, so without MASTER_PORT no port can be derived, and the launch fails at once."""
+    ours, theirs = socket.socketpair()
+    try:
+        across = hydra(2, size=4, local_size=2, PMI_FD=str(ours.fileno()))
+        with pytest.raises(ConfigError) as caught:
+            detect(across)
+        assert str(caught.value).startswith(
+            "Cannot run under mpiexec (MPICH/Hydra) across hosts without MASTER_ADDR: 2 of its 4 ranks run on "
+            "this host, and the launcher does not say where rank 0 runs. Set MASTER_ADDR to an address of rank 0's "
+            "host that every host resolves (and MASTER_PORT), and pass it to every rank"), caught.value
+        with pytest.raises(ConfigError) as caught:
+            detect({**across, "MASTER_ADDR": "node1"})
+        assert str(caught.value).startswith(
+            "Cannot run under mpiexec (MPICH/Hydra): it exports no job id that every rank shares"), caught.value
+        assert str(caught.value).endswith("Set MASTER_PORT to a port of this launch's own and pass it to every rank")
+        # Without MPI_LOCALNRANKS nothing says that every rank is here: the same, and the count is unknown.
+        unknown = {key: value for key, value in across.items() if key != "MPI_LOCALNRANKS"}
+        with pytest.raises(ConfigError, match=r"across hosts without MASTER_ADDR: \? of its 4 ranks .*\(and MASTER_PORT\)"):
+            detect(unknown)
+        with pytest.raises(ConfigError, match="exports no job id"):
+            detect({**unknown, "MASTER_ADDR": "node1"})
+        # The user's address and port: this rank's place, and the launch is keyed by the port ("env").
+        launch = detect({**across, "MASTER_ADDR": "node1", "MASTER_PORT": "29400"})
+        assert (launch.mode, launch.rank, launch.world_size, launch.local_rank, launch.local_world_size) == (
+            Mode.MPI, 2, 4, 0, 2)
+        assert (launch.master_addr, launch.master_port, launch.run_id, launch.master_addr_source) == (
+            "node1", 29400, "mpi-env", "MASTER_ADDR")
+        exported: dict = {"MASTER_ADDR": "node1", "MASTER_PORT": "29400"}
+        export_env(launch, exported)
+        assert (exported["MASTER_ADDR"], exported["MASTER_PORT"], exported["RANK"]) == ("node1", "29400", "2")
+        # A job id every rank shares (Intel MPI's PMI_KVSNAME) gives the port across hosts; the socket is not asked.
+        kvs = {**across, "PMI_KVSNAME": "kvs_42_0"}
+        with pytest.raises(ConfigError) as caught:
+            detect(kvs)
+        assert "(and MASTER_PORT)" not in str(caught.value) and "across hosts without MASTER_ADDR" in str(caught.value)
+        launch = detect({**kvs, "MASTER_ADDR": "node1"})
+        assert (launch.master_port, launch.run_id) == (mpi_port("kvs_42_0"), "mpi-kvs_42_0")
+        ours.getsockname()  # still open: only inspected, if at all
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def test_hydra_job_ids_and_the_fallbacks():
     assert detect(hydra(0, PMI_KVSNAME="kvs_42_0")).run_id == "mpi-kvs_42_0"
     assert detect(hydra(0, PMIX_NAMESPACE="ns7")).run_id == "mpi-ns7"

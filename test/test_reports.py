@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import stat
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from continuous_test.controller import progress
 from continuous_test.errors import ConfigError, RemoteError
 from continuous_test.verdict.merge import merge
 from continuous_test.verdict.report import rank_list
+from continuous_test.wire import kept
 from continuous_test.wire.outcome import ErrorRecord, Event, EventKind, RankOutcome
 
 FAILING = ["ReportTest.test_a_same_everywhere", "ReportTest.test_b_key_error",
@@ -318,6 +320,52 @@ def test_a_huge_exception_message_is_cut_to_its_head_and_tail_and_kept_whole_on_
         import shutil
 
         shutil.rmtree(os.path.dirname(notes[0]), ignore_errors=True)
+
+
+def test_kept_texts_never_go_to_a_directory_open_to_others(tmp_path, monkeypatch):
+    """wire/kept.py: whole texts go to a private directory of this user (0700), each a 0600 file; a directory of
+    that name made by someone else, open to others, or not a directory at all is refused, and nothing is written."""
+    monkeypatch.setattr(kept, "_dir", None)
+    made = tmp_path / "made"
+    kept.use(str(made))
+    saved = kept.save("whole text", "Test.test_a/b")
+    assert os.path.dirname(saved) == str(made) and open(saved).read() == "whole text"
+    assert stat.S_IMODE(os.stat(made).st_mode) == 0o700 and stat.S_IMODE(os.stat(saved).st_mode) == 0o600
+    # Made by another process of this run, private: used as it is.
+    private = tmp_path / "private"
+    private.mkdir()
+    os.chmod(private, 0o700)
+    kept.use(str(private))
+    assert kept.directory() == str(private)
+
+    def refused(path, why, mode=None):
+        try:
+            written = kept.save("a secret", "x")
+        except PermissionError as exc:
+            assert str(exc) == f"{path} is not a private directory of this user", exc
+        else:
+            pytest.fail(f"a text was kept in {written}, a directory {why}")
+        if mode is not None:  # left as it was, and empty
+            assert stat.S_IMODE(os.stat(path).st_mode) == mode and os.listdir(path) == [], path
+
+    for mode in (0o750, 0o705, 0o701, 0o770, 0o777):  # a bit for the group or for others: open to them
+        os.chmod(private, mode)
+        refused(private, f"of mode {mode:o}", mode)
+    os.chmod(private, 0o700)
+    with monkeypatch.context() as other:  # another user's, even private: this user is someone else
+        uid = os.getuid()
+        other.setattr(kept.os, "getuid", lambda: uid + 1)
+        refused(private, "of another user", 0o700)
+    assert kept.save("fine again", "y") == str(private / "y")
+    link = tmp_path / "link"  # a link to a private directory of ours: whoever made it chose where texts go
+    link.symlink_to(made)
+    kept.use(str(link))
+    refused(link, "reached through a symbolic link")
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    kept.use(str(not_a_directory))
+    refused(not_a_directory, "that is a file")
+    assert sorted(os.listdir(made)) == ["Test.test_a_b"]
 
 
 def test_junit_bodies_are_bounded_too(tmp_path):
