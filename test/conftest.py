@@ -3,8 +3,9 @@
 Every test has a tier (test/README.rst, "Tiers"): ``unit`` (the default: no process
 beyond forked stand-ins), ``world`` (ranks forked from this process's template:
 scenario runs in process, worlds started here) or ``e2e`` (real python, pytest,
-torchrun, mpiexec or srun processes).  A test that does more than its mark says
-fails, naming the mark it needs; ``tox -e quick`` runs ``-m "not e2e"``.
+torchrun, mpiexec or srun processes).  With ``CT_TIER_ENFORCE=1`` a test that does
+more than its mark says fails, naming the mark it needs; ``tox -e quick`` runs
+``-m "not e2e"``.
 """
 import os
 import sys
@@ -25,8 +26,8 @@ collect_ignore_glob = ["scenarios/*", "gpu/*"]
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--scenarios", choices=("inprocess", "subprocess"), default=None,
-                     help="run scenario files in the test process where they can (default), or every one as a "
-                          "real process (CT_SCENARIOS=subprocess)")
+                     help="run scenario files in the test process where they can (CT_SCENARIOS=inprocess), or "
+                          "every one as a real process (the default)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -19,6 +19,7 @@ RUN_TIMEOUT = 300  # a guard against hangs, never a performance assertion
 # one second, not three.  A test about either sets its own value (BISECT_ON, a GRACE).
 QUIET = {"CONTINUOUS_TEST_BISECT": "off", "CONTINUOUS_TEST_GRACE": "1"}
 BISECT_ON = {"CONTINUOUS_TEST_BISECT": "120"}  # the default budget (config.DEFAULT_BISECT_BUDGET)
+DEFAULTS = {**BISECT_ON, "CONTINUOUS_TEST_GRACE": "3"}  # the library's own defaults, as a user's run has them
 
 
 def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -33,7 +34,8 @@ def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         if key.startswith(("CONTINUOUS_TEST_", "TORCHELASTIC_", "SLURM_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_")) or key in (
                 "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"):
             env.pop(key)
-    env.update(QUIET)
+    if inprocess.enabled():  # the quiet defaults go with the in-process runs, still opt-in
+        env.update(QUIET)
     env.update(extra or {})
     return env
 

@@ -23,7 +23,8 @@ def run(runner, classes, stamp_dir, env=None, args=()):
     if runner == "unittest":
         return helpers.unittest(*(f"test_ahead.{c}" for c in classes), *args, env=env)
     ids = [f"{SCENARIO}::{c}" for c in classes]
-    return helpers.pytest(*ids, "-rA", *args, env=env)
+    # real: in process the outer session's plugins would decide what may be sent ahead.
+    return helpers.pytest(*ids, "-rA", *args, env=env, real=True)
 
 
 def passed_all(runner, proc, n):
@@ -44,6 +45,7 @@ def stamp(stamp_dir, name):
     return float((stamp_dir / name).read_text())
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("runner", ["python", "unittest", "pytest"])
 def test_the_next_test_starts_while_the_runner_records_the_last(runner, tmp_path):
     proc = run(runner, ["AheadTest"], tmp_path, env={"AHEAD_GAP": GAP})
@@ -61,6 +63,7 @@ def test_the_next_test_starts_while_the_runner_records_the_last(runner, tmp_path
     assert "[rank0] rank 0 prints in test_c" in out and "[rank1] rank 1 prints in test_c" in out, describe(proc)
 
 
+@pytest.mark.e2e
 def test_turned_off_every_test_waits_for_the_runner(tmp_path):
     proc = run("python", ["AheadTest"], tmp_path, env={"AHEAD_GAP": GAP, "CONTINUOUS_TEST_AHEAD": "0"})
     assert proc.returncode == 0, describe(proc)
@@ -70,6 +73,7 @@ def test_turned_off_every_test_waits_for_the_runner(tmp_path):
         assert stamp(tmp_path, f"rank0-AheadTest.{test}") > stamp(tmp_path, f"ctl-AheadTest.{test}"), test
 
 
+@pytest.mark.e2e
 def test_only_a_plain_pass_on_every_rank_sends_the_next_test(tmp_path):
     # test_a fails on rank 1 and test_b leaks: neither sends the next test; test_c does.
     proc = run("python", ["NotAheadTest"], tmp_path)
@@ -78,6 +82,7 @@ def test_only_a_plain_pass_on_every_rank_sends_the_next_test(tmp_path):
     assert "left environment variable CT_AHEAD_LEAK changed" in proc.stderr, describe(proc)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("runner", ["python", "pytest"])
 def test_a_test_the_runner_skips_is_never_sent_ahead(runner, tmp_path):
     proc = run(runner, ["SkippedNextTest"], tmp_path)
@@ -93,6 +98,7 @@ def test_a_test_the_runner_skips_is_never_sent_ahead(runner, tmp_path):
         assert ran == [], ran
 
 
+@pytest.mark.e2e
 def test_a_test_a_skip_or_skipif_marker_skips_is_never_sent_ahead(tmp_path):
     # Sent ahead, test_b_skip (or test_d_skipif) would run on the ranks, and the runner's
     # next test (test_c, test_e) would start in a fresh world: new rank pids.
@@ -106,6 +112,7 @@ def test_a_test_a_skip_or_skipif_marker_skips_is_never_sent_ahead(tmp_path):
         assert len(set(pids.values())) == 1, f"rank {rank} was restarted: {pids}\n{describe(proc)}"
 
 
+@pytest.mark.e2e
 def test_a_rank_dying_in_a_test_sent_ahead_fails_that_test(tmp_path):
     proc = run("python", ["CrashAheadTest"], tmp_path)
     assert unittest_counts(proc.stderr) == {"ran": 3, "errors": 1}, describe(proc)
@@ -114,6 +121,7 @@ def test_a_rank_dying_in_a_test_sent_ahead_fails_that_test(tmp_path):
     assert "died with exit code 3 after" not in proc.stderr, describe(proc)  # not "between tests"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("cls", ["FixtureTest", "FixtureTeardownTest"])
 def test_pytest_fixtures_of_either_test_run_before_the_next_test_starts(cls, tmp_path):
     # FixtureTest: the next test's own fixture; FixtureTeardownTest: the last one's teardown.
@@ -122,6 +130,7 @@ def test_pytest_fixtures_of_either_test_run_before_the_next_test_starts(cls, tmp
     assert sent_ahead(proc, cls) == "0", describe(proc)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mode", ["stop", "mispredict"])
 def test_a_test_sent_ahead_that_the_runner_does_not_run_is_stopped(mode, tmp_path):
     # test_b (a minute long) is sent ahead after test_a; the runner then stops
@@ -153,12 +162,14 @@ def _zombie(pid):
         return True
 
 
+@pytest.mark.e2e
 def test_a_class_whose_run_may_skip_a_test_sends_nothing_ahead(tmp_path):
     proc = run("python", ["RunSkipTest"], tmp_path)
     assert unittest_counts(proc.stderr) == {"ran": 3, "skipped": 1}, describe(proc)
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("ran-")], describe(proc)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("runner", ["python", "pytest"])
 def test_live_output_shows_what_a_test_sent_ahead_printed_before_the_runner_asked(runner, tmp_path):
     args = ["--ct-live-output", "-s"] if runner == "pytest" else []
@@ -172,6 +183,7 @@ def test_live_output_shows_what_a_test_sent_ahead_printed_before_the_runner_aske
             assert f"OUT-{test} rank {rank}" in out, f"{test} rank {rank}\n{describe(proc)}"
 
 
+@pytest.mark.e2e
 def test_the_time_limit_counts_from_when_the_test_was_sent(tmp_path):
     # test_b is sent ahead, and the runner asks for it 1.5 s later: its 2 s limit
     # still ends 2 s after it was sent, before it sleeps out its 3 s.
@@ -181,6 +193,7 @@ def test_the_time_limit_counts_from_when_the_test_was_sent(tmp_path):
     assert sent_ahead(proc, "TimeLimitTest") == "1", describe(proc)
 
 
+@pytest.mark.e2e
 def test_under_pytest_x_a_strict_xfail_that_passes_sends_nothing_ahead(tmp_path):
     proc = run("pytest", ["XfailStopTest"], tmp_path, args=["-x"])
     assert pytest_counts(proc.stdout) == {"failed": 1}, describe(proc)
@@ -221,6 +234,7 @@ class HookSkipTest(MultiProcContinuousTest):
 """
 
 
+@pytest.mark.e2e
 def test_a_test_a_conftest_hook_skips_is_not_sent_ahead(tmp_path):
     (tmp_path / "conftest.py").write_text(_CONFTEST)
     (tmp_path / "test_hook_skip.py").write_text(_HOOK_SKIP)
@@ -232,6 +246,7 @@ def test_a_test_a_conftest_hook_skips_is_not_sent_ahead(tmp_path):
     assert list(stamps.iterdir()) == [], describe(proc)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", [ENV_AHEAD, ENV_LIVE_OUTPUT, ENV_RECORD])
 def test_a_bad_switch_value_fails_each_test_naming_it_before_any_rank_starts(tmp_path, name):
     # Every on/off switch is checked by the controller before anything is sent: each
@@ -253,6 +268,7 @@ def _probe_class(seen: list) -> type:
             seen.append(ahead.next_in_suite(self))
             return super().run(result)
 
+        @pytest.mark.world
         def test_a(self):
             pass
 
@@ -272,6 +288,7 @@ class _FilteringSuite(unittest.TestSuite):
         return iter([self._tests[0], self._tests[-1]])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("suite_class", [unittest.TestSuite, _FilteringSuite])
 def test_the_next_test_is_read_from_the_suite_only_where_the_suite_runs_its_list(suite_class):
     seen: list = []
@@ -287,6 +304,7 @@ def test_the_next_test_is_read_from_the_suite_only_where_the_suite_runs_its_list
     assert seen == [None]
 
 
+@pytest.mark.e2e
 def test_the_next_test_of_another_class_is_never_sent_ahead(monkeypatch):
     # A suite's next entry that is a test of another class runs in another world.
     monkeypatch.setattr(ahead, "_pytest_next", None)

@@ -64,10 +64,12 @@ def smoke(tmp_path_factory) -> Smoke:
     return Smoke(proc.returncode, stdout, stderr, data)
 
 
+@pytest.mark.e2e
 def test_smoke_run_succeeds(smoke):
     assert smoke.returncode == 0, smoke.describe()
 
 
+@pytest.mark.e2e
 def test_json_has_every_scenario_with_numbers(smoke):
     scenarios = smoke.data.get("scenarios", {})
     assert sorted(scenarios) == sorted(SCENARIOS), smoke.describe()
@@ -79,6 +81,7 @@ def test_json_has_every_scenario_with_numbers(smoke):
             assert ours is not None and isinstance(ours["median"], (int, float)), f"{name}: {label}: {ours}"
 
 
+@pytest.mark.e2e
 def test_json_compares_with_torch_and_the_floor(smoke):
     suite = {row["measurement"]: row for row in smoke.data["scenarios"]["suite"]}
     row = suite["N=2, 2 ranks, continuous: per test"]
@@ -89,6 +92,7 @@ def test_json_compares_with_torch_and_the_floor(smoke):
     assert isinstance(fresh["torch"]["median"], (int, float)), fresh
 
 
+@pytest.mark.e2e
 def test_json_keeps_the_raw_runs_and_the_machine(smoke):
     meta = smoke.data["meta"]
     assert meta["cpus"] == os.cpu_count() and meta["smoke"] is True, meta
@@ -99,6 +103,7 @@ def test_json_keeps_the_raw_runs_and_the_machine(smoke):
     assert all(run["stamps"] for run in runs), [run["key"] for run in runs if not run["stamps"]]
 
 
+@pytest.mark.e2e
 def test_table_has_the_expected_rows(smoke):
     lines = smoke.stdout.splitlines()
     for title in ("1. Suite time", "2. World start", "3. Fresh world per test", "4. Per-test dispatch", "5. Faults",
@@ -109,6 +114,7 @@ def test_table_has_the_expected_rows(smoke):
             assert any(line.startswith(label + "  ") for line in lines), f"no row {label!r}\n{smoke.describe()}"
 
 
+@pytest.mark.e2e
 def test_every_target_says_met_or_missed(smoke):
     targets = smoke.data["targets"]
     assert targets, smoke.describe()
@@ -118,12 +124,14 @@ def test_every_target_says_met_or_missed(smoke):
     assert len(summary) == len(targets), smoke.describe()
 
 
+@pytest.mark.e2e
 def test_a_progress_line_per_measurement(smoke):
     progress = [line for line in smoke.stderr.splitlines() if line.startswith("[")]
     assert len(progress) == len(smoke.data["runs"]), smoke.describe()
     assert progress[-1].startswith(f"[{len(progress)}/{len(progress)}] rep 1/1 "), progress[-1]
 
 
+@pytest.mark.e2e
 def test_every_figure_has_a_unit(smoke):
     for name, rows in smoke.data["scenarios"].items():
         for row in rows:
@@ -133,6 +141,7 @@ def test_every_figure_has_a_unit(smoke):
                 assert FIGURE_UNIT.match(cell), f"{name}: {row['measurement']}: cell {cell!r} has no unit"
 
 
+@pytest.mark.e2e
 def test_figures_are_sane(smoke):
     """No negative overhead and no floor above the system it bounds, unless the row says it is invalid."""
     for name, rows in smoke.data["scenarios"].items():
@@ -186,6 +195,7 @@ def test_a_floor_is_its_best_repetition_and_every_cell_has_a_unit():
     assert row.floor_ratio == pytest.approx(0.011 / 0.002)
 
 
+@pytest.mark.e2e
 def test_the_floor_leaves_nothing_behind(tmp_path):
     env = helpers.scenario_env({"TMPDIR": str(tmp_path), "BENCH_N": "2", "BENCH_N_FRESH": "2",
                                 "BENCH_STAMPS": str(tmp_path / "stamps.jsonl")})
@@ -199,6 +209,7 @@ if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
 
 
+@pytest.mark.e2e
 def test_leak_benchmark_reports_every_figure(tmp_path):
     out = tmp_path / "leaks.json"
     proc = helpers.run([sys.executable, str(ROOT / "benchmarks" / "leaks.py"), "--repeat", "1", "--tests", "3",

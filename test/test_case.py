@@ -9,6 +9,7 @@ import pytest
 from helpers import describe, pytest_counts, unittest_counts
 
 
+@pytest.mark.world
 def test_python_runs_every_test_on_every_rank():
     proc = helpers.python("test_basic.py", "-v")
     assert proc.returncode == 0, describe(proc)
@@ -16,6 +17,7 @@ def test_python_runs_every_test_on_every_rank():
     assert re.search(r"test_three_ranks .* \.\.\. ok", proc.stderr), describe(proc)
 
 
+@pytest.mark.world
 def test_python_k_selects_tests():
     proc = helpers.python("test_basic.py", "-k", "sum", "-v")
     assert proc.returncode == 0, describe(proc)
@@ -23,24 +25,28 @@ def test_python_k_selects_tests():
     assert "test_sum" in proc.stderr
 
 
+@pytest.mark.world
 def test_python_names_one_test():
     proc = helpers.python("test_basic.py", "AllReduceTest.test_sum", "-v")
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 1}, describe(proc)
 
 
+@pytest.mark.world
 def test_python_m_unittest():
     proc = helpers.unittest("test_basic")
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 5}, describe(proc)
 
 
+@pytest.mark.world
 def test_pytest_with_k():
     proc = helpers.pytest("test_basic.py", "-k", "sum or three")
     assert proc.returncode == 0, describe(proc)
     assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 3}, describe(proc)
 
 
+@pytest.mark.world
 def test_pytest_x_stops_at_first_failure():
     proc = helpers.pytest("test_outcomes.py", "-x", "-k", "OutcomeTest")
     assert proc.returncode == 1, describe(proc)
@@ -48,6 +54,7 @@ def test_pytest_x_stops_at_first_failure():
     assert "stopping after 1 failures" in proc.stdout, describe(proc)
 
 
+@pytest.mark.e2e
 def test_torchrun_runs_each_rank_in_place():
     proc = helpers.torchrun("test_basic.py", 2, "-v")
     assert proc.returncode == 0, describe(proc)
@@ -57,12 +64,14 @@ def test_torchrun_runs_each_rank_in_place():
     assert proc.stderr.count("Ran 5 tests") == 1, describe(proc)
 
 
+@pytest.mark.world
 def test_isolation_between_tests_python():
     proc = helpers.python("test_isolation.py")
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
 
 
+@pytest.mark.e2e
 def test_isolation_between_tests_torchrun():
     proc = helpers.torchrun("test_isolation.py", 2)
     assert proc.returncode == 0, describe(proc)
@@ -77,6 +86,7 @@ def outcomes(tmp_path_factory):
     return proc, marker_dir
 
 
+@pytest.mark.world
 def test_outcome_counts(outcomes):
     proc, _ = outcomes
     assert proc.returncode == 1, describe(proc)
@@ -86,11 +96,13 @@ def test_outcome_counts(outcomes):
     }, describe(proc)
 
 
+@pytest.mark.world
 def test_zero_selected_or_skipped_class_starts_no_world(outcomes):
     _, marker_dir = outcomes
     assert sorted(os.listdir(marker_dir)) == ["OutcomeTest.rank0", "OutcomeTest.rank1"]
 
 
+@pytest.mark.world
 def test_failure_names_rank_keeps_type_and_output(outcomes):
     proc, _ = outcomes
     err = proc.stderr
@@ -101,6 +113,7 @@ def test_failure_names_rank_keeps_type_and_output(outcomes):
     assert "[rank0] diagnostic line from rank 0" in err
 
 
+@pytest.mark.world
 def test_skips(outcomes):
     proc, _ = outcomes
     err = proc.stderr
@@ -111,6 +124,7 @@ def test_skips(outcomes):
     assert "rank 1: only rank 1 lacks it" in err
 
 
+@pytest.mark.world
 def test_expected_failure_and_subtests(outcomes):
     proc, _ = outcomes
     err = proc.stderr
@@ -120,6 +134,7 @@ def test_expected_failure_and_subtests(outcomes):
     assert "OutcomeTest.test_subtests (i=1) failed on rank 1 of 2" in err
 
 
+@pytest.mark.world
 def test_bad_configuration_names_the_class():
     proc = helpers.python("test_badconfig.py")
     err = proc.stderr

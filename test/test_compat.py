@@ -74,6 +74,7 @@ def torch_runs_live() -> bool:
     return torch.__version__.split("+")[0] != RECORDED_WITH_TORCH or os.environ.get("CT_COMPAT_LIVE") == "1"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_same_counts_as_torch(name):
     bases = ("torch", "ours") if torch_runs_live() else ("ours",)
@@ -141,6 +142,7 @@ def test_local_tensor_variants_of_our_bases_run_in_this_process():
     assert not dist.is_initialized()
 
 
+@pytest.mark.e2e
 def test_under_torchrun_torchs_run_tests_prints_one_report():
     # A migrated file keeps torch's run_tests(): under a launcher only rank 0 prints
     # the unittest report, as with continuous_test's run_tests().
@@ -153,6 +155,7 @@ def test_under_torchrun_torchs_run_tests_prints_one_report():
 # -- a directory migrated by its conftest.py ----------------------------------------------
 
 
+@pytest.mark.e2e
 def test_conftest_line_migrates_a_directory():
     # test_migrated.py imports only torch's bases; the conftest.py of its directory makes
     # them ours, in the controller and in the ranks (the file checks which one a rank
@@ -201,6 +204,7 @@ def test_template_preloads_torch_testing_helpers_and_the_migration(monkeypatch):
 # -- continuous bases run setUp and tearDown on every rank --------------------------------
 
 
+@pytest.mark.e2e
 def test_continuous_setup_runs_on_every_rank_unlike_torch():
     bases = ("torch", "ours") if torch_runs_live() else ("ours",)
     procs = run_all({base: (lambda base=base: helpers.python("test_continuous_setup.py", cwd=COMPAT,
@@ -362,12 +366,14 @@ def _probe(first: str) -> str:
     return proc.stdout.strip()
 
 
+@pytest.mark.e2e
 def test_torch_run_tests_accepts_our_classes_in_migrated_files():
     # A migrated file imports torch's testing internals first: our classes then
     # extend torch's TestCase, which torch's run_tests() requires.
     assert _probe("import torch.testing._internal.common_distributed") == "torch base"
 
 
+@pytest.mark.e2e
 def test_other_files_do_not_import_torch_internals():
     assert _probe("") == "expecttest base"
 

@@ -17,6 +17,7 @@ from helpers import describe, pytest_counts, unittest_counts
 SCENARIO = "test_controller_faults.py"
 
 
+@pytest.mark.world
 def test_an_exception_in_the_waiting_controller_leaves_no_busy_world():
     started = time.monotonic()
     proc = helpers.python(SCENARIO, "-v", "InterruptedWaitTest")
@@ -30,6 +31,7 @@ def test_an_exception_in_the_waiting_controller_leaves_no_busy_world():
     assert took < 15, describe(proc)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", ["signal", "thread"])
 def test_pytest_timeouts_leave_no_busy_world(method, tmp_path):
     # pytest-timeout's signal method raises in the controller while it waits: the slow
@@ -37,7 +39,7 @@ def test_pytest_timeouts_leave_no_busy_world(method, tmp_path):
     # ranks must go with it.
     pytest.importorskip("pytest_timeout")
     started = time.monotonic()
-    proc = helpers.pytest(SCENARIO, "-k", "RunnerTimeoutTest", "--timeout", "2", "--timeout-method", method,
+    proc = helpers.pytest(SCENARIO, "-k", "RunnerTimeoutTest", "--timeout", "2", "--timeout-method", method, real=True,
                           env={"MARK_DIR": str(tmp_path)})
     assert time.monotonic() - started < 15, describe(proc)  # the slow test's ranks sleep 20 s
     if method == "signal":
@@ -54,6 +56,7 @@ def test_pytest_timeouts_leave_no_busy_world(method, tmp_path):
     assert not any(map(running, pids)), describe(proc)
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("verbose", [[], ["-v"]])
 def test_a_bad_heartbeat_fails_each_test_before_anything_is_sent(verbose, tmp_path):
     proc = helpers.python(SCENARIO, *verbose, "TearDownInRanksTest",
@@ -67,6 +70,7 @@ def test_a_bad_heartbeat_fails_each_test_before_anything_is_sent(verbose, tmp_pa
 
 # Settings read only in some runs (after a failure, where devices are leased, under -v):
 # each is checked before any rank runs a test, in shared worlds and fresh ranks alike.
+@pytest.mark.world
 @pytest.mark.parametrize("name, message", [("CONTINUOUS_TEST_BISECT", "Invalid bisect budget 'often'"),
                                            ("CONTINUOUS_TEST_DEVICE_WAIT", "Invalid device wait 'often'"),
                                            ("CONTINUOUS_TEST_HEARTBEAT", "Invalid heartbeat 'often'"),
@@ -80,6 +84,7 @@ def test_every_setting_is_checked_before_any_rank_runs_a_test(name, message, tmp
     assert list(tmp_path.iterdir()) == [], describe(proc)  # no rank ran a test
 
 
+@pytest.mark.world
 def test_under_pdb_teardown_runs_in_the_ranks_only():
     proc = helpers.pytest(SCENARIO, "--pdb", "-k", "TearDownInRanksTest")
     assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 7}, describe(proc)

@@ -28,6 +28,7 @@ def _marked_lines(marker: str) -> set:
     return {n for n, line in enumerate(text.splitlines(), 1) if marker in line}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("runner", sorted(RUNNERS))
 def test_lines_run_only_in_ranks_are_covered(runner, tmp_path):
     # A private directory: the data files of one run never meet another's.

@@ -253,6 +253,7 @@ def test_no_warning_without_comm_hook(
 # ---------------------------------------------------------------- 4 real ranks
 
 
+@pytest.mark.e2e
 def test_scenario_shrink_grow_and_compile_across_four_ranks() -> None:
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
     result = subprocess.run(

@@ -288,6 +288,7 @@ def _holder(tmp_path, count, seconds):
     return proc
 
 
+@pytest.mark.e2e
 def test_a_killed_holders_devices_go_back_at_once(tmp_path):
     holder = _holder(tmp_path, 4, 60)
     pool = _pool(tmp_path)
@@ -301,6 +302,7 @@ def test_a_killed_holders_devices_go_back_at_once(tmp_path):
     lease.release()
 
 
+@pytest.mark.e2e
 def test_a_waiting_world_gets_its_devices_and_says_what_it_waits_for(tmp_path):
     holder = _holder(tmp_path, 3, 1.5)  # 0, 1 and 2 for 1.5 s
     pool = _pool(tmp_path)
@@ -326,6 +328,7 @@ def test_a_waiting_world_gets_its_devices_and_says_what_it_waits_for(tmp_path):
 # -- worlds ------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_world_waits_with_a_heartbeat_until_a_killed_holders_devices_go_back(tmp_path):
     holder = _holder(tmp_path, 4, 60)
     env = helpers.scenario_env(_env(tmp_path, CONTINUOUS_TEST_HEARTBEAT="1", CONTINUOUS_TEST_DEVICE_WAIT="60"))
@@ -349,6 +352,7 @@ def test_a_world_waits_with_a_heartbeat_until_a_killed_holders_devices_go_back(t
     assert "TooBig (world of 5) needs 5 simulated device(s), this host has 4" in err, err
 
 
+@pytest.mark.e2e
 def test_a_world_that_waits_too_long_fails_naming_the_setting(tmp_path):
     holder = _holder(tmp_path, 4, 60)
     try:
@@ -360,6 +364,7 @@ def test_a_world_that_waits_too_long_fails_naming_the_setting(tmp_path):
     assert "DeviceWaitError: One (world of 1) waited 0.5 s for 1 simulated device(s)" in proc.stderr, describe(proc)
 
 
+@pytest.mark.world
 def test_a_process_never_waits_for_its_own_idle_world(tmp_path):
     # The module's @distributed world of 2 is idle while the class's world of 3 starts: it is parked.
     proc = helpers.pytest("test_devices_park.py", env=_env(tmp_path, CONTINUOUS_TEST_DEVICE_WAIT="5"))
@@ -380,6 +385,7 @@ def overlaps(records):
     return found
 
 
+@pytest.mark.e2e
 def test_worlds_running_at_once_under_xdist_never_see_the_same_device(tmp_path):
     runs = int(os.environ.get("DEVICES_RUNS", "1"))  # more, to look for a rare overlap
     concurrent, run = 0, 0
@@ -416,6 +422,7 @@ def _listed(proc):
     return [line.split("::", 1)[1] for line in proc.stdout.splitlines() if "::" in line]
 
 
+@pytest.mark.world
 def test_every_distributed_test_is_marked_with_the_devices_it_needs():
     proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", "-m", "ct_devices(n=2)")
     assert "continuous_test: devices needed: 2 by 3 tests (marker ct_devices(n=N)" in proc.stdout, describe(proc)
@@ -425,6 +432,7 @@ def test_every_distributed_test_is_marked_with_the_devices_it_needs():
     assert "3/9 tests collected (6 deselected)" in proc.stdout, describe(proc)
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("options, kept", [
     (["--ct-max-devices=0"], ["Gloo::test_cpu", "test_plain"]),
     # The keyword ct_devices_N selects too (-k): deselected with the rest.
@@ -436,6 +444,7 @@ def test_a_ci_job_routes_by_device_count(options, kept):
     assert f"{len(kept)}/9 tests collected ({9 - len(kept)} deselected)" in proc.stdout, describe(proc)
 
 
+@pytest.mark.world
 def test_a_simulated_host_marks_every_world_and_a_bad_limit_is_a_usage_error(tmp_path):
     proc = helpers.pytest(MARKER_SCENARIO, "--collect-only", env=_env(tmp_path))
     assert "devices needed: 1 by 1 test, 2 by 3 tests, 3 by 2 tests, 4 by 2 tests" in proc.stdout, describe(proc)

@@ -7,6 +7,8 @@ import helpers
 import pytest
 from helpers import ROOT, describe, pytest_counts, unittest_counts
 
+pytestmark = pytest.mark.e2e
+
 EXAMPLE = str(ROOT / "examples" / "test_collectives.py")
 
 

@@ -9,12 +9,14 @@ import pytest
 from helpers import describe, unittest_counts
 
 
+@pytest.mark.world
 def test_expected_inline_passes_on_every_rank():
     proc = helpers.python("test_expect.py")
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 1}, describe(proc)
 
 
+@pytest.mark.e2e
 def test_wrong_expectation_fails(tmp_path):
     copy = tmp_path / "test_expect_wrong.py"
     copy.write_text((helpers.SCENARIOS / "test_expect.py").read_text().replace('"""world of 2"""', '"""old"""'))
@@ -23,6 +25,7 @@ def test_wrong_expectation_fails(tmp_path):
     assert "failed on ranks 0, 1 of 2" in proc.stderr, describe(proc)
 
 
+@pytest.mark.e2e
 def test_accept_rewrites_the_file_once(tmp_path):
     copy = tmp_path / "test_expect_accept.py"
     shutil.copy(helpers.SCENARIOS / "test_expect.py", copy)
@@ -38,6 +41,7 @@ def test_accept_rewrites_the_file_once(tmp_path):
     assert unittest_counts(again.stderr) == {"ran": 1}, describe(again)
 
 
+@pytest.mark.e2e
 def test_accept_fails_when_ranks_disagree(tmp_path):
     copy = tmp_path / "test_expect_differing.py"
     shutil.copy(helpers.SCENARIOS / "test_expect.py", copy)

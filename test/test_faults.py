@@ -15,6 +15,8 @@ from helpers import describe, pytest_counts, unittest_counts
 
 from continuous_test.runner import EXIT_INTERRUPTED
 
+pytestmark = pytest.mark.e2e
+
 LEAK_BOUND = 5.0  # seconds; generous, this guards against leaks, not speed
 
 
@@ -44,7 +46,7 @@ def section(output: str, test: str) -> str:
 @pytest.fixture(scope="module")
 def faults(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tmp")
-    proc = helpers.python("test_faults.py", "-v", env={"TMPDIR": str(tmp)})
+    proc = helpers.python("test_faults.py", "-v", env={"TMPDIR": str(tmp), **helpers.BISECT_ON}, real=True)
     return proc, tmp
 
 
@@ -168,7 +170,7 @@ def test_ctrl_c_during_a_rerun_keeps_the_failure_already_known(runner, cls, fail
     command = ([sys.executable, "test_interrupted_bisect.py", cls] if runner == "python" else
                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_interrupted_bisect.py", "-k", cls])
     proc = subprocess.Popen(command, cwd=str(helpers.SCENARIOS),
-                            env=helpers.scenario_env({"STAMP_DIR": str(tmp_path)}), stdin=subprocess.DEVNULL,
+                            env=helpers.scenario_env({"STAMP_DIR": str(tmp_path), **helpers.BISECT_ON}), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

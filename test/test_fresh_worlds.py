@@ -57,12 +57,13 @@ def _check_dirs(out: Path) -> None:
     assert gone == [["0", made, "False", "True"], ["1", made, "False", "True"]], gone
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("runner", ["python", "pytest"])
 def test_tests_that_change_their_world_get_one_of_their_own_and_the_others_share_one(runner, tmp_path):
     env = {"FRESH_DIR": str(tmp_path), "CONTINUOUS_TEST_BISECT": "off"}
     if runner == "python":
         report = tmp_path / "report.json"
-        proc = helpers.python(SCENARIO, env={**env, "CONTINUOUS_TEST_REPORT": str(report)})
+        proc = helpers.python(SCENARIO, env={**env, "CONTINUOUS_TEST_REPORT": str(report)}, real=True)
         assert unittest_counts(proc.stderr) == {"ran": 16, "errors": 1}, describe(proc)
         # The run report puts the worlds of their own on one lane of kind "fresh", 3 starts.
         worlds = {w["id"]: w for w in json.loads(report.read_text())["worlds"]}

@@ -25,6 +25,7 @@ def _load_check():
 check = _load_check()
 
 
+@pytest.mark.e2e
 @no_gpu
 def test_every_check_skips_without_gpus():
     proc = helpers.run([sys.executable, str(CHECK)], cwd=ROOT)
@@ -66,6 +67,7 @@ def test_the_lease_check_runs_its_file_under_xdist():
     assert result.status == "SKIP" and "backend 'nccl' is not available" in result.detail, result
 
 
+@pytest.mark.e2e
 def test_vendored_expecttest_wheel_imports():
     # The GPU machine has no expecttest; check.py puts this wheel on the ranks' path.
     [wheel] = sorted((ROOT / "test" / "gpu" / "wheels").glob("expecttest-*.whl"))

@@ -14,6 +14,7 @@ from helpers import describe, unittest_counts
 HOSTNAME = "unresolvable-host-xyz"
 
 
+@pytest.mark.world
 def test_loopback_only_and_private_files(tmp_path):
     proc = helpers.python("test_hermetic.py", "-v", env={"TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, describe(proc)
@@ -34,6 +35,7 @@ def _external_interface():
     return None
 
 
+@pytest.mark.e2e
 def test_the_loopback_check_can_fail():
     # With gloo told to use a real interface, the socket check in the scenario must fail:
     # this is what the default (loopback) protects against.
@@ -56,6 +58,7 @@ def _can_unshare() -> str:
     return ""
 
 
+@pytest.mark.e2e
 def test_world_starts_when_the_hostname_does_not_resolve():
     why_not = _can_unshare()
     if why_not:

@@ -37,6 +37,7 @@ def finish(procs) -> list:
     return results
 
 
+@pytest.mark.e2e
 def test_torchrun_two_nodes_rank_0_reports_every_node():
     port = helpers.free_port()
     node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
@@ -58,6 +59,7 @@ def slurm_env(rank: int, ntasks: int, port: int) -> dict:
             "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo"}
 
 
+@pytest.mark.e2e
 def test_srun_simulated_with_four_tasks():
     port = helpers.free_port()
     tasks = finish([start([sys.executable, "test_multinode.py", "-v"], slurm_env(r, 4, port)) for r in range(4)])
@@ -67,6 +69,7 @@ def test_srun_simulated_with_four_tasks():
     assert all("Ran 3 tests" not in t.stderr for t in tasks[1:])
 
 
+@pytest.mark.e2e
 def test_rendezvous_names_the_ranks_that_never_arrived():
     port = helpers.free_port()
     env = {"CONTINUOUS_TEST_START_TIMEOUT": "3"}
@@ -76,6 +79,7 @@ def test_rendezvous_names_the_ranks_that_never_arrived():
     assert unittest_counts(tasks[0].stderr) == {"ran": 3, "errors": 3}, describe(tasks[0])
 
 
+@pytest.mark.world
 def test_missing_store_host_is_named_on_other_ranks():
     proc = helpers.python("test_multinode.py", env={**slurm_env(1, 4, helpers.free_port()),
                                                     "CONTINUOUS_TEST_START_TIMEOUT": "2"})
@@ -83,6 +87,7 @@ def test_missing_store_host_is_named_on_other_ranks():
     assert "continuous_test: rank 1: cannot reach the rendezvous store of rank 0 at 127.0.0.1:" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_torchrun_a_test_that_breaks_the_world_leaves_later_tests_healthy(tmp_path):
     count = tmp_path / "runs"
     proc = helpers.torchrun(FAULTS, 2, "-v", "BreaksTheWorld", "FreshOnce",
@@ -101,6 +106,7 @@ def test_torchrun_a_test_that_breaks_the_world_leaves_later_tests_healthy(tmp_pa
     assert "exitcode  : 1 " in out  # rank 1 replays the failure: the launch fails on every rank
 
 
+@pytest.mark.e2e
 def test_torchrun_a_rank_that_times_out_prints_its_peers_errors():
     proc = helpers.torchrun(FAULTS, 2, BREAKING_TEST, env={"CONTINUOUS_TEST_TIMEOUT": "2"})
     out = proc.stderr
@@ -111,6 +117,7 @@ def test_torchrun_a_rank_that_times_out_prints_its_peers_errors():
     assert "exitcode  : 75" in out
 
 
+@pytest.mark.e2e
 def test_torchrun_a_stuck_rank_is_reported_and_the_rest_skipped():
     proc = helpers.torchrun(FAULTS, 2, "-v", "StuckRank")
     out = proc.stderr
@@ -121,6 +128,7 @@ def test_torchrun_a_stuck_rank_is_reported_and_the_rest_skipped():
     assert f"test_b_healthy (__main__.StuckRank.test_b_healthy) ... skipped {why!r}" in out, describe(proc)
 
 
+@pytest.mark.e2e
 def test_torchrun_a_hang_in_a_shuffled_order_is_reported_and_the_rest_skipped():
     # Held up as working in issue 26: every launched rank shuffles alike (one seed), so a
     # hang is still one rank's time limit, and what comes after it is skipped, not hung.
@@ -136,6 +144,7 @@ def test_torchrun_a_hang_in_a_shuffled_order_is_reported_and_the_rest_skipped():
     assert ("skipped" if stuck_first else "ok") in out.split("test_b_healthy (__main__.StuckRank.test_b_healthy) ...")[1]
 
 
+@pytest.mark.e2e
 def test_srun_world_size_mismatch_names_srun_options():
     port = helpers.free_port()
     tasks = finish([start([sys.executable, "test_multinode.py", "-v"], slurm_env(r, 2, port)) for r in range(2)])
@@ -144,6 +153,7 @@ def test_srun_world_size_mismatch_names_srun_options():
     assert "nproc" not in tasks[0].stderr
 
 
+@pytest.mark.world
 def test_srun_port_in_use_is_reported_as_such():
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -154,6 +164,7 @@ def test_srun_port_in_use_is_reported_as_such():
     assert "cannot reach" not in proc.stderr
 
 
+@pytest.mark.e2e
 def test_a_rank_never_joins_another_runs_world():
     port = helpers.free_port()
     env = {"CONTINUOUS_TEST_START_TIMEOUT": "3"}
@@ -165,6 +176,7 @@ def test_a_rank_never_joins_another_runs_world():
     assert stray.returncode == 1 and host.returncode == 1
 
 
+@pytest.mark.e2e
 def test_a_leak_under_a_launcher_is_reported_once_as_it_is_there():
     from continuous_test.verdict import leaks as verdict_leaks
 
@@ -182,6 +194,7 @@ if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
 
 
+@pytest.mark.e2e
 def test_torchrun_a_skip_on_one_rank_is_an_inconsistent_skip_within_the_grace_period():
     # The skipping rank still takes part in the exchange; a peer stuck in a collective
     # for it gives up after the grace period, not at the time limit.
@@ -198,6 +211,7 @@ def test_torchrun_a_skip_on_one_rank_is_an_inconsistent_skip_within_the_grace_pe
     assert elapsed < 60, f"{elapsed:.0f} s: the peer waited for its time limit, not the 2 s grace period"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("source", ["nodelist", "MASTER_ADDR"])
 def test_srun_a_master_address_that_does_not_resolve_fails_at_once_naming_where_it_came_from(source):
     # Seen on a cluster whose node names resolve only through Slurm's NodeAddr: TCPStore

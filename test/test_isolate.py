@@ -17,6 +17,7 @@ def run_order(*args: str, **env: str):
         return helpers.python("test_order.py", *args, env={"FLAKY_DIR": flaky_dir, **helpers.BISECT_ON, **env})
 
 
+@pytest.mark.world
 def test_failures_are_told_apart_and_still_fail():
     proc = run_order(*[arg for letter in "abcdefg" for arg in ("-k", f"test_{letter}")])
     # Verdicts stay honest: the three failures are still failures.
@@ -28,12 +29,14 @@ def test_failures_are_told_apart_and_still_fail():
     assert bisect.FAILS_ALONE.format(test="test_g_always") in proc.stderr, describe(proc)
 
 
+@pytest.mark.world
 def test_a_failure_that_does_not_come_back_after_the_same_tests_is_flaky():
     proc = run_order("-k", "test_b", "-k", "test_c", "-k", "test_f")
     assert unittest_counts(proc.stderr) == {"ran": 3, "failures": 1}, describe(proc)
     assert bisect.FLAKY.format(test="test_f_first_run", n=2) in proc.stderr, describe(proc)
 
 
+@pytest.mark.world
 def test_a_failure_that_needs_two_earlier_tests_names_both():
     proc = run_order("-k", "test_h")
     assert unittest_counts(proc.stderr) == {"ran": 5, "failures": 1}, describe(proc)
@@ -42,6 +45,7 @@ def test_a_failure_that_needs_two_earlier_tests_names_both():
                                          others=others) in proc.stderr, describe(proc)
 
 
+@pytest.mark.world
 def test_off_and_budget():
     proc = run_order("-k", "test_a", "-k", "test_e", **{config.ENV_BISECT: "off"})
     assert unittest_counts(proc.stderr) == {"ran": 2, "failures": 1}, describe(proc)
@@ -90,6 +94,7 @@ def test_bad_budget_names_its_source():
         raise AssertionError("no ConfigError")
 
 
+@pytest.mark.world
 def test_expected_failures_are_not_rerun():
     proc = helpers.python("test_rerun_limits.py", "ExpectedFailuresTest", env=helpers.BISECT_ON)
     assert unittest_counts(proc.stderr) == {"ran": 5, "expected failures": 4}, describe(proc)
@@ -99,6 +104,7 @@ def test_expected_failures_are_not_rerun():
     assert "rerun and bisect" not in proc.stderr, describe(proc)
 
 
+@pytest.mark.world
 def test_a_failure_is_not_rerun_when_the_rerun_would_outlast_the_budget():
     proc = helpers.python("test_rerun_limits.py", "LongFailureTest",
                           env={config.ENV_BISECT: "1.5", "SLOW_SECONDS": "2"})
@@ -110,6 +116,7 @@ def test_a_failure_is_not_rerun_when_the_rerun_would_outlast_the_budget():
     assert bisect.FAILS_ALONE.format(test="test_slow_failure") in proc.stderr, describe(proc)
 
 
+@pytest.mark.world
 def test_a_hang_ended_by_the_process_groups_timeout_is_not_rerun():
     # The budget (120 s) has room for a 2 s rerun, but it would hang as long again.
     proc = helpers.python("test_rerun_limits.py", "PgTimeoutTest", env=helpers.BISECT_ON)
@@ -290,6 +297,7 @@ def test_a_replays_time_limit_is_cut_to_the_budget_left(monkeypatch):
     assert limits == [3.5]
 
 
+@pytest.mark.world
 def test_a_fifty_test_history_is_narrowed_to_its_one_culprit():
     proc = helpers.python("test_bisect_long.py", env=helpers.BISECT_ON)
     assert unittest_counts(proc.stderr) == {"ran": 51, "failures": 1}, describe(proc)

@@ -230,6 +230,7 @@ def _descendants(pid):
     return found
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("end", ["the leak check", "the rank's end"])
 def test_a_session_childs_own_children_are_ended_with_it(end):
     """A test's child in a session of its own is ended with its whole group: what it started too, which the
@@ -336,6 +337,7 @@ NO_BISECT = {config.ENV_BISECT: "off"}
 DTYPE_LINE = "  left torch default dtype changed: torch.float32 \u2192 torch.float64 (ranks 0, 1)"
 
 
+@pytest.mark.world
 def test_restore_policy_warns_and_the_next_test_sees_a_clean_process():
     proc = helpers.python("test_leaks.py", env=NO_BISECT)
     assert proc.returncode == 0, describe(proc)
@@ -350,6 +352,7 @@ def test_restore_policy_warns_and_the_next_test_sees_a_clean_process():
     assert "process groups the test created" not in proc.stderr, describe(proc)
 
 
+@pytest.mark.world
 def test_off_policy_lets_the_leak_through():
     proc = helpers.python("test_leaks.py", env={**NO_BISECT, config.ENV_LEAKS: "off"})
     assert proc.returncode == 1, describe(proc)
@@ -357,6 +360,7 @@ def test_off_policy_lets_the_leak_through():
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
 
 
+@pytest.mark.world
 def test_fail_policy_fails_the_leaking_test_only():
     proc = helpers.python("test_leaks.py", env={**NO_BISECT, config.ENV_LEAKS: "fail"})
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
@@ -364,6 +368,7 @@ def test_fail_policy_fails_the_leaking_test_only():
     assert DTYPE_LINE in proc.stderr and verdict_leaks.FAILED_BY_POLICY in proc.stderr
 
 
+@pytest.mark.world
 def test_a_leaked_thread_restarts_the_world():
     proc = helpers.python("test_leaks.py", env={**NO_BISECT, "LEAK_THREAD": "1"})
     assert proc.returncode == 0, describe(proc)
@@ -372,6 +377,7 @@ def test_a_leaked_thread_restarts_the_world():
     assert verdict_leaks.NOT_RESTORED.format(items="threads the test started") in proc.stderr
 
 
+@pytest.mark.world
 def test_pytest_option_and_warning_summary():
     proc = helpers.pytest("test_leaks.py", "--ct-leaks", "fail", env=NO_BISECT)
     assert pytest_counts(proc.stdout) == {"failed": 1, "passed": 3}, describe(proc)
@@ -383,11 +389,13 @@ def test_pytest_option_and_warning_summary():
     assert "LeakWarning" in proc.stdout and DTYPE_LINE in proc.stdout, describe(proc)
 
 
+@pytest.mark.world
 def test_bad_option_is_a_usage_error():
     proc = helpers.pytest("test_leaks.py", "--ct-leaks", "sometimes")
     assert proc.returncode == 4 and "Invalid leak policy 'sometimes' from the --ct-leaks option" in proc.stderr, describe(proc)
 
 
+@pytest.mark.e2e
 def test_cleanup_a_test_registers_runs_at_its_ranks_end_and_inherited_cleanup_never(tmp_path):
     # atexit handlers and TemporaryDirectory finalizers of a test run when its rank ends
     # normally (a shared world at its class's end, a fresh rank after its test), as in a
@@ -407,6 +415,7 @@ def test_cleanup_a_test_registers_runs_at_its_ranks_end_and_inherited_cleanup_ne
 LEAK_RULES = {"PYTHONPATH": os.pathsep.join([str(helpers.ROOT), str(helpers.SCENARIOS / "leaklib")]), **NO_BISECT}
 
 
+@pytest.mark.e2e
 def test_what_a_first_import_sets_for_itself_is_kept_and_not_reported():
     # sys.path entries inside a module first imported during the test, warnings
     # filters about such a module, and the variables torch sets for itself are the
@@ -419,6 +428,7 @@ def test_what_a_first_import_sets_for_itself_is_kept_and_not_reported():
     assert "TORCHINDUCTOR_CACHE_DIR" not in proc.stderr, describe(proc)
 
 
+@pytest.mark.e2e
 def test_ddp_and_device_mesh_in_every_test_are_no_leak():
     # The first DDP of a process sets TORCHINDUCTOR_CACHE_DIR (torch 2.13); each DeviceMesh
     # makes subgroups.  Under 'fail' every such test used to fail (each failure restarted
@@ -443,6 +453,7 @@ def test_what_libraries_do_for_themselves_is_no_leak():
         sys.setrecursionlimit(limit)
 
 
+@pytest.mark.e2e
 def test_umask_recursion_limit_tracing_and_timers_are_watched_and_put_back():
     proc = helpers.python("test_leak_rules.py", "MissedTest", env=LEAK_RULES)
     assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
@@ -453,6 +464,7 @@ def test_umask_recursion_limit_tracing_and_timers_are_watched_and_put_back():
         assert f"left {item}" in proc.stderr, describe(proc)
 
 
+@pytest.mark.e2e
 def test_a_child_in_a_session_of_its_own_does_not_outlive_the_run():
     from continuous_test._procfs import running
 
@@ -466,6 +478,7 @@ def test_a_child_in_a_session_of_its_own_does_not_outlive_the_run():
     assert not any(map(running, pids)), pids
 
 
+@pytest.mark.e2e
 def test_a_thread_that_reuses_an_ended_threads_ident_is_still_a_leak():
     proc = helpers.python("test_leak_rules.py", "ThreadTest", env=LEAK_RULES)
     assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
@@ -474,6 +487,7 @@ def test_a_thread_that_reuses_an_ended_threads_ident_is_still_a_leak():
     assert "fakelib-watcher" not in proc.stderr, describe(proc)  # a library's, ended in the next test
 
 
+@pytest.mark.e2e
 def test_a_daemon_thread_the_test_left_is_a_leak_and_a_librarys_pool_is_kept():
     proc = helpers.python("test_leak_rules.py", "-v", "DaemonTest", env=LEAK_RULES)
     assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
@@ -486,6 +500,7 @@ def test_a_daemon_thread_the_test_left_is_a_leak_and_a_librarys_pool_is_kept():
 
 
 
+@pytest.mark.e2e
 def test_fail_policy_fails_the_test_that_left_a_daemon_thread_and_not_a_librarys_pool():
     proc = helpers.python("test_leak_rules.py", "-v", "DaemonTest", env={**LEAK_RULES, config.ENV_LEAKS: "fail"})
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)

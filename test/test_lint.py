@@ -224,6 +224,7 @@ def test_base_class_with_tests_counts_as_unittest_even_without_test_name() -> No
     assert [p.message for p in check(named)] == [lint.NO_MAIN_BLOCK]
 
 
+@pytest.mark.e2e
 def test_following_the_advice_keeps_a_pytest_file_runnable(tmp_path: Path) -> None:
     # The README's @distributed example with the main block the lint advises, run as a script:
     # unittest's runner would fail it with "missing 1 required positional argument: 'n'".
@@ -588,6 +589,7 @@ def test_jobs_give_the_same_output_as_serial(
 # ------------------------------------------------------------------ as a real process
 
 
+@pytest.mark.e2e
 def test_runs_as_a_script(tmp_path: Path) -> None:
     bad = write(tmp_path / "test_bad.py", 'import x\n\nif "__main__" == __name__:\n    x.main()\n')
     missing = write(tmp_path / "sub" / "test_missing.py", "x = 1\n")
@@ -606,6 +608,7 @@ def test_runs_as_a_script(tmp_path: Path) -> None:
     assert result.stderr == "checked 3 files, 2 problems\n"
 
 
+@pytest.mark.e2e
 def test_script_exit_codes(tmp_path: Path) -> None:
     def run(*args: str) -> int:
         cmd = [sys.executable, str(LINT_PATH), "-q", *args]
@@ -636,6 +639,7 @@ def test_pre_commit_hook_definition() -> None:
 
 
 
+@pytest.mark.e2e
 def test_project_test_files_and_examples_pass() -> None:
     # The self-check CI also runs: every test file of this project runs its tests as a script.
     proc = subprocess.run([sys.executable, "-m", "continuous_test.lint", "test", "examples"], cwd=ROOT,

@@ -100,6 +100,7 @@ def mpiexec(request) -> List[str]:
     return _mpiexec(request.param)
 
 
+@pytest.mark.e2e
 def test_green_run_matches_torchrun(mpiexec):
     proc = launch(mpiexec, "green")
     assert_same_as_torchrun(proc, "green")
@@ -107,6 +108,7 @@ def test_green_run_matches_torchrun(mpiexec):
     assert proc.returncode == 0 == torchrun("green").returncode, describe(proc)
 
 
+@pytest.mark.e2e
 def test_rank_1_failure_matches_torchrun_and_later_tests_stay_healthy(mpiexec):
     proc = launch(mpiexec, "rank 1 fails")
     assert_same_as_torchrun(proc, "rank 1 fails")
@@ -119,6 +121,7 @@ def test_rank_1_failure_matches_torchrun_and_later_tests_stay_healthy(mpiexec):
     assert proc.returncode == 1 == torchrun("rank 1 fails").returncode, describe(proc)
 
 
+@pytest.mark.e2e
 def test_hang_matches_torchrun(mpiexec):
     proc = launch(mpiexec, "hang")
     assert_same_as_torchrun(proc, "hang")
@@ -131,6 +134,7 @@ def test_hang_matches_torchrun(mpiexec):
     assert proc.returncode in (1, 75), describe(proc)
 
 
+@pytest.mark.e2e
 def test_two_hydra_jobs_at_once_keep_their_own_rendezvous():
     """Hydra's jobs have no id: each is told apart by its ranks' shared PMI proxy, so each gets its own port."""
     args, _ = SCENARIOS["green"]
@@ -139,6 +143,7 @@ def test_two_hydra_jobs_at_once_keep_their_own_rendezvous():
         assert proc.returncode == 0 and unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
 
 
+@pytest.mark.e2e
 def test_pytest_under_mpiexec_sees_torchruns_variables():
     """pytest, unlike run_tests(), has no entry point of ours: the plugin exports RANK and the rest."""
     command = [*_mpiexec("openmpi"), sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
@@ -148,6 +153,7 @@ def test_pytest_under_mpiexec_sees_torchruns_variables():
     assert "2 passed" in proc.stdout, describe(proc)
 
 
+@pytest.mark.world
 def test_across_hosts_without_master_addr_fails_at_once_saying_what_to_set():
     env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
            "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "77"}
@@ -175,6 +181,7 @@ def hydra(rank: int, size: int = 2, local_size: int = 2, **extra: str) -> Dict[s
             "MPI_LOCALNRANKS": str(local_size), **extra}
 
 
+@pytest.mark.e2e
 def test_open_mpi_on_one_host_rendezvous_on_loopback_with_a_port_from_the_job():
     launch = detect(open_mpi(1))
     assert (launch.mode, launch.rank, launch.world_size, launch.local_rank, launch.local_world_size) == (
@@ -195,6 +202,7 @@ def test_concurrent_mpi_jobs_get_their_own_port_and_keys():
     assert first.run_id != second.run_id
 
 
+@pytest.mark.e2e
 def test_master_addr_and_port_win_and_allow_several_hosts():
     launch = detect({**open_mpi(3, size=4, local_size=2), "MASTER_ADDR": "node1", "MASTER_PORT": "29400"})
     assert (launch.master_addr, launch.master_port, launch.local_rank, launch.local_world_size) == (
@@ -208,6 +216,7 @@ def test_across_hosts_without_master_addr_is_a_config_error():
         detect(hydra(0, size=4, local_size=2))
 
 
+@pytest.mark.e2e
 def test_hydra_on_one_host_names_the_job_by_its_pmi_proxy():
     """Hydra exports no job id: the ranks on one host share the proxy at the other end of PMI_FD."""
     ours, theirs = socket.socketpair()
@@ -222,6 +231,7 @@ def test_hydra_on_one_host_names_the_job_by_its_pmi_proxy():
         theirs.close()
 
 
+@pytest.mark.e2e
 def test_hydra_across_hosts_needs_master_port_for_its_pmi_socket_names_one_proxy_per_host():
     """Across hosts each host's ranks talk to a proxy of their own at the other end of PMI_FD: it is no job
     id every rank shares, so without MASTER_PORT no port can be derived, and the launch fails at once."""
@@ -281,6 +291,7 @@ def test_one_process_is_not_a_launch():
     assert detect({"PMIX_RANK": "0", "PMIX_NAMESPACE": "ns"}).mode is Mode.NONE
 
 
+@pytest.mark.e2e
 def test_mpirun_inside_a_slurm_allocation_trusts_the_mpi_variables():
     """mpirun starts its daemons with srun: the ranks inherit a daemon's SLURM_PROCID/SLURM_NTASKS."""
     slurm = {"SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9",

@@ -19,11 +19,13 @@ def negative(tmp_path_factory):
     return helpers.python("test_negative.py", "-v", env={"TMPDIR": str(tmp)}), tmp
 
 
+@pytest.mark.world
 def test_counts(negative):
     proc, _ = negative
     assert unittest_counts(proc.stderr) == {"ran": 15, "failures": 3, "errors": 1, "skipped": 2}, describe(proc)
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("test", [
     "test_init_all_reduce_destroy", "test_destroy_and_recreate", "test_expected_exit_code",
     "test_expected_signal_on_all", "test_expected_segfault_on_rank_0", "test_rank_attributes",
@@ -33,6 +35,7 @@ def test_passing_endings(negative, test):
     assert re.search(rf"^{test} .* \.\.\. ok$", negative[0].stderr, re.M), describe(negative[0])
 
 
+@pytest.mark.world
 def test_wrong_ending_reports_every_rank_and_output(negative):
     report = section(negative[0].stderr, "test_wrong_ending")
     assert "NegativeTest.test_wrong_ending: rank 1 did not end as expected" in report
@@ -41,11 +44,13 @@ def test_wrong_ending_reports_every_rank_and_output(negative):
     assert "[rank0] rank 0 about to end" in report and "[rank1] rank 1 about to end" in report
 
 
+@pytest.mark.world
 def test_unexpected_crash(negative):
     report = section(negative[0].stderr, "test_unexpected_crash")
     assert "rank 0: ended with exit code 7; expected a normal exit" in report
 
 
+@pytest.mark.world
 def test_failure_and_skips(negative):
     err = negative[0].stderr
     assert "NegativeTest.test_failure_on_one_rank failed on rank 1 of 2 (rank 0 passed)" in err
@@ -53,17 +58,20 @@ def test_failure_and_skips(negative):
     assert "skipped 'Need at least 4 CUDA devices'" in err
 
 
+@pytest.mark.world
 def test_time_limit_kills_and_reports_stacks(negative):
     report = section(negative[0].stderr, "test_hang")
     assert "SlowNegativeTest.test_hang exceeded its time limit of 3 s on rank 1" in report
     assert re.search(r'line \d+, in test_hang\n\s+time.sleep\(600\)', report)
 
 
+@pytest.mark.world
 def test_nothing_left_behind(negative):
     # torch itself may create a torchinductor_<user> cache directory; that is not ours.
     assert [p for p in os.listdir(negative[1]) if not p.startswith("torchinductor_")] == []
 
 
+@pytest.mark.world
 def test_negative_tests_under_pytest():
     proc = helpers.pytest("test_negative.py", "-k", "test_expected or init or TorchStyle")
     assert proc.returncode == 0, describe(proc)
@@ -84,12 +92,14 @@ def test_expect_exit_rejects_bad_signal_and_ranks():
         expect_exit(1, ranks=[-1])
 
 
+@pytest.mark.e2e
 def test_template_has_no_cuda_initialized():
     proc = helpers.python("test_template.py", "-v")
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
 
 
+@pytest.mark.e2e
 def test_template_cuda_flag_is_read_from_the_template():
     # The scenario fakes CUDA initialization at import time, which happens in the
     # template: the ranks must see the flag set.
@@ -98,18 +108,21 @@ def test_template_cuda_flag_is_read_from_the_template():
     assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
 
 
+@pytest.mark.e2e
 def test_spawn_fallback():
     proc = helpers.python("test_template.py", env={"CONTINUOUS_TEST_START_METHOD": "spawn"})
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
 
 
+@pytest.mark.e2e
 def test_bad_start_method_is_named():
     proc = helpers.python("test_template.py", env={"CONTINUOUS_TEST_START_METHOD": "thread"})
     assert proc.returncode == 1, describe(proc)
     assert "Invalid start method 'thread' from CONTINUOUS_TEST_START_METHOD environment variable" in proc.stderr
 
 
+@pytest.mark.world
 def test_expect_exit_never_hides_a_failure_on_the_way_to_the_exit():
     proc = helpers.python("test_expect_exit.py", "-v")
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 3}, describe(proc)
@@ -123,6 +136,7 @@ def test_expect_exit_never_hides_a_failure_on_the_way_to_the_exit():
     assert "AssertionError: 'declared' != 'failed'" in proc.stderr, describe(proc)
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("setting", [None, "0"])
 def test_fresh_ranks_init_their_own_group_behind_torchs_barrier(setting):
     env = {} if setting is None else {"TORCH_DIST_INIT_BARRIER": setting, "EXPECTED_BARRIER": setting}
@@ -134,6 +148,7 @@ if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
 
 
+@pytest.mark.world
 def test_a_suite_that_overrides_run_enters_each_rank_through_it(tmp_path):
     # torch's TestDistBackend (distributed_test.py) overrides _run: its ranks make
     # their own group and barrier around self.run_test, which reports the test.

@@ -22,6 +22,7 @@ def functions(tmp_path_factory):
     return proc, pid_log, junit
 
 
+@pytest.mark.world
 def test_function_outcomes(functions):
     proc, _, _ = functions
     assert proc.returncode == 1, describe(proc)
@@ -33,12 +34,14 @@ def test_function_outcomes(functions):
     assert re.search(r"::test_skip_marker SKIPPED \(decided before", proc.stdout), describe(proc)
 
 
+@pytest.mark.world
 def test_functions_of_a_module_share_one_world(functions):
     _, pid_log, _ = functions
     lines = pid_log.read_text().splitlines()
     assert len(lines) == 2 and lines[0] == lines[1], lines
 
 
+@pytest.mark.world
 def test_report_has_a_section_per_failing_rank(functions):
     out = functions[0].stdout
     block = out.split("test_fails_on_rank_1 ___", 1)[1].split("___ test_hangs_on_rank_0", 1)[0]
@@ -50,6 +53,7 @@ def test_report_has_a_section_per_failing_rank(functions):
     assert re.search(r"-+ rank 0: timed out -+\n.*time.sleep\(600\)", hang, re.S), hang
 
 
+@pytest.mark.world
 def test_junitxml_records_failing_ranks(functions):
     _, _, junit = functions
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
@@ -60,6 +64,7 @@ def test_junitxml_records_failing_ranks(functions):
     assert cases["test_all_reduce"].find("failure") is None
 
 
+@pytest.mark.world
 def test_durations_option(functions):
     # pytest's --durations=3 lists the three slowest phases with the time the ranks took: the hang's call
     # waited out its time limit (2 s, counted from the send).
@@ -85,6 +90,7 @@ def test_durations_option(functions):
     assert abs(paid - worlds["_DistributedFunctions_3"]) < 0.002, (stored, total)
 
 
+@pytest.mark.world
 def test_last_failed_reruns_only_failures(tmp_path):
     cache = ["-p", "cacheprovider", "-o", f"cache_dir={tmp_path}"]
     first = helpers.pytest("test_outcomes.py", "-k", "OutcomeTest", *cache)
@@ -94,12 +100,14 @@ def test_last_failed_reruns_only_failures(tmp_path):
     assert pytest_counts(again.stdout) == {"failed": 4, "deselected": 7}, describe(again)
 
 
+@pytest.mark.world
 def test_markers_override_world_size_and_time_limit():
     proc = helpers.pytest("test_markers.py")
     assert pytest_counts(proc.stdout) == {"failed": 1, "passed": 3}, describe(proc)
     assert "PlainWorldTest.test_time_limit_from_marker exceeded its time limit of 1 s" in proc.stdout
 
 
+@pytest.mark.world
 def test_command_line_overrides_markers_and_classes():
     proc = helpers.pytest("test_markers.py", "--ct-world-size", "4", "--ct-timeout", "2",
                           env={"EXPECTED_WORLD_SIZE": "4"})
@@ -107,6 +115,7 @@ def test_command_line_overrides_markers_and_classes():
     assert "exceeded its time limit of 2 s on ranks 0-3" in proc.stdout
 
 
+@pytest.mark.world
 def test_ini_setting(tmp_path):
     ini = tmp_path / "pytest.ini"
     ini.write_text("[pytest]\nct_world_size = 4\n")
@@ -115,6 +124,7 @@ def test_ini_setting(tmp_path):
     assert pytest_counts(proc.stdout) == {"passed": 1, "deselected": 3}, describe(proc)
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("args, message", [
     (["--ct-timeout", "abc"], "Invalid timeout 'abc' from the --ct-timeout option"),
     (["--ct-world-size", "0"], "Invalid world size '0' from the --ct-world-size option"),
@@ -125,6 +135,7 @@ def test_bad_options_are_usage_errors(args, message):
     assert message in proc.stderr, describe(proc)
 
 
+@pytest.mark.e2e
 def test_xdist_runs_files_at_the_same_time_without_collisions():
     proc = helpers.pytest("test_basic.py", "test_isolation.py", "test_functions.py", "test_negative.py",
                           "-n", "2", "-k", "not fails and not hangs and not skips and not wrong and not unexpected "
@@ -133,6 +144,7 @@ def test_xdist_runs_files_at_the_same_time_without_collisions():
     assert pytest_counts(proc.stdout).get("passed", 0) >= 25, describe(proc)
 
 
+@pytest.mark.e2e
 def test_functions_under_torchrun_pytest():
     launcher = ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                 "--master-port", str(helpers.free_port())]
@@ -144,6 +156,7 @@ def test_functions_under_torchrun_pytest():
     assert proc.stdout.count("1 failed, 3 passed") == 2, describe(proc)
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("selection", [[], ["-k", "test_a"]])
 def test_a_world_size_marker_on_one_test_of_a_shared_world_is_a_usage_error(selection):
     # Whichever test started the world would size it: -k test_a would run at 2, the whole class at 3.
@@ -169,6 +182,7 @@ def rerunfailures(tmp_path_factory) -> str:
     return str(target)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("xdist", [False, True])
 def test_pytest_rerunfailures_reruns_a_flaky_test_of_a_shared_world(tmp_path, xdist, rerunfailures):
     # Held up as working in issue 26: the plugin runs the same item again; its ranks run it again.
@@ -197,6 +211,7 @@ class PlainTest(unittest.TestCase):
 '''
 
 
+@pytest.mark.e2e
 def test_a_session_without_distributed_tests_does_not_import_torch(tmp_path):
     (tmp_path / "test_plain.py").write_text(_PLAIN)
     proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_plain.py"], cwd=tmp_path)

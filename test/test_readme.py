@@ -42,15 +42,17 @@ def test_readme_has_examples():
     assert len([e for e in EXAMPLES if e[0] == "README.rst"]) >= 3
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("index", range(len(EXAMPLES)), ids=[f"{e[0]}-{i}" for i, e in enumerate(EXAMPLES)])
 def test_example_runs(index, tmp_path):
     _, code, shown = EXAMPLES[index]
     path = tmp_path / f"test_readme_example_{index}.py"
     path.write_text(code)
     if "run_tests()" in code:
-        proc = helpers.run([sys.executable, str(path)], cwd=tmp_path)
+        proc = helpers.run([sys.executable, str(path)], cwd=tmp_path, env=helpers.DEFAULTS)
     else:
-        proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(path)], cwd=tmp_path)
+        proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(path)], cwd=tmp_path,
+                           env=helpers.DEFAULTS)
     if not code.startswith(EXPECTED_FAILURE):
         assert proc.returncode == 0, describe(proc)
         # Exit code 0 holds as well when every test was skipped: something must have passed.
@@ -212,6 +214,7 @@ def test_test_readme_names_every_test_file_and_scenario():
     assert missing == [], f"name these in test/README.rst, with the modules they cover: {missing}"
 
 
+@pytest.mark.e2e
 def test_the_install_steps_work_literally_in_a_fresh_venv(tmp_path):
     # The README's Install block, then its Quick start's example command, run as one
     # bash script in an empty directory, exactly as written, but for the clone URL

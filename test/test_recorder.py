@@ -234,6 +234,7 @@ def test_a_caught_failed_call_marks_its_test_and_not_the_next(ring, monkeypatch)
     assert [c.status for c in records.read_file(ring).calls] == [records.STATUS_RAISED]  # the last test's call
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("runner", ["python", "pytest"])
 def test_code_that_inspects_torch_distributed_does_not_see_the_recorder(runner):
     import re

@@ -46,12 +46,14 @@ def reports(tmp_path_factory):
     return proc, tmp
 
 
+@pytest.mark.e2e
 def test_every_failure_is_reported(reports):
     proc, _ = reports
     assert proc.returncode == 1, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 9, "failures": 3, "errors": 6}, describe(proc)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("test, first", [
     ("test_a_same_everywhere", "AssertionError: ReportTest.test_a_same_everywhere failed on ranks 0-2 of 3"),
     ("test_b_key_error", "KeyError: ReportTest.test_b_key_error failed on rank 1 of 3 (ranks 0, 2 passed)"),
@@ -70,6 +72,7 @@ def test_first_line_names_the_test_and_ranks_whatever_the_exception(reports, tes
     assert "\\n" not in block, block  # a message is lines, never one quoted string
 
 
+@pytest.mark.e2e
 def test_ranks_that_failed_alike_are_printed_once(reports):
     block = section(reports[0].stderr, "test_a_same_everywhere")
     assert block.count("Traceback (most recent call last)") == 1, block
@@ -77,6 +80,7 @@ def test_ranks_that_failed_alike_are_printed_once(reports):
     assert re.search(r"^ranks 0-2: AssertionError: 1 != 2 \(test_reports.py:\d+\)$", block, re.M), block
 
 
+@pytest.mark.e2e
 def test_differing_tracebacks_are_all_shown(reports):
     block = section(reports[0].stderr, "test_g_differing_tracebacks")
     assert "[rank 0] Traceback" in block and "[ranks 1, 2] Traceback" in block, block
@@ -84,11 +88,13 @@ def test_differing_tracebacks_are_all_shown(reports):
     assert re.search(r"^ranks 1, 2: ValueError: the others went that way \(test_reports.py:\d+\)$", block, re.M), block
 
 
+@pytest.mark.e2e
 def test_an_exception_that_cannot_travel_is_named(reports):
     block = section(reports[0].stderr, "test_f_unpicklable")
     assert re.search(r"^rank 0: __main__.Unpicklable: cannot travel", block, re.M), block
 
 
+@pytest.mark.e2e
 def test_failure_paths_do_not_import_torch_testing_internals(reports):
     proc, tmp = reports
     assert "torch testing internals imported: False" in proc.stdout, describe(proc)
@@ -98,6 +104,7 @@ def test_failure_paths_do_not_import_torch_testing_internals(reports):
     assert os.listdir(tmp) == []  # no torchinductor_root
 
 
+@pytest.mark.e2e
 def test_a_caller_catches_the_ranks_own_exception_type():
     proc = helpers.python("report_caller.py")
     assert proc.returncode == 0, describe(proc)
@@ -105,6 +112,7 @@ def test_a_caller_catches_the_ranks_own_exception_type():
     assert "first line: test_runs_a_failing_command failed on rank 1 of 2 (rank 0 passed)" in proc.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("xdist", [False, True])
 def test_pytest_short_summary_carries_the_first_line(xdist):
     # Under xdist the summary line had no message: the controller rebuilds it from the report's chain.
@@ -131,6 +139,7 @@ def test_pytest_short_summary_carries_the_first_line(xdist):
 HEARTBEAT_LINE = r"continuous_test: ReportTest.test_h_slow still running after \d+ s \(time limit \d+ s\); ranks 0-2 not done"
 
 
+@pytest.mark.world
 def test_heartbeat_in_verbose_mode_only():
     env = {progress.ENV_HEARTBEAT: "1", "SLOW_SECONDS": "2.5"}
     verbose = helpers.python("test_reports.py", "-v", "ReportTest.test_h_slow", env=env)
@@ -143,6 +152,7 @@ def test_heartbeat_in_verbose_mode_only():
     assert unittest_counts(quiet.stderr) == {"ran": 1}, describe(quiet)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("runner", ["python", "pytest", "pytest -n 2"])
 def test_rank_warnings_and_log_records_reach_the_report(runner):
     # Under pytest, ranks inherited its collection-time catch_warnings(record=True)
@@ -181,6 +191,7 @@ def test_no_heartbeat_in_the_last_second_before_the_time_limit():
     assert len(lines) == 1 and "still running after 10 s (time limit 20 s); ranks 0, 1 not done" in lines[0], lines
 
 
+@pytest.mark.e2e
 def test_live_output_is_shown_while_the_test_runs(tmp_path):
     release = tmp_path / "release"
     env = helpers.scenario_env({progress.ENV_LIVE_OUTPUT: "1", "RELEASE_FILE": str(release), "SLOW_SECONDS": "60"})
@@ -205,6 +216,7 @@ def test_live_output_is_shown_while_the_test_runs(tmp_path):
     assert output.count("[rank2] hello from rank 2") == 1, output  # not forwarded a second time
 
 
+@pytest.mark.world
 def test_pytest_verbose_heartbeat_and_live_output_reach_the_terminal():
     proc = helpers.pytest("test_reports.py", "-vv", "-k", "test_h_slow", "--ct-live-output",  # -q -vv: verbose
                           env={progress.ENV_HEARTBEAT: "1"})
@@ -230,6 +242,7 @@ def failed_with(exc: BaseException) -> RankOutcome:
         return RankOutcome(0, [Event(EventKind.ERROR, errors=(ErrorRecord.from_exception(raised),))])
 
 
+@pytest.mark.e2e
 def test_the_ranks_exception_is_reraised_with_its_attributes():
     error = merge("T.test", 1, {0: failed_with(subprocess.CalledProcessError(3, ["false"]))}).error
     with pytest.raises(subprocess.CalledProcessError) as caught:
@@ -260,6 +273,7 @@ if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("keep", [False, True])
 def test_a_big_output_is_bounded_in_the_report_and_kept_whole_on_disk(keep):
     from continuous_test.controller import output
@@ -293,6 +307,7 @@ def test_a_big_output_is_bounded_in_the_report_and_kept_whole_on_disk(keep):
         shutil.rmtree(os.path.dirname(paths[0]), ignore_errors=True)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("runner", ["python", "pytest", "python-keep"])
 def test_a_huge_exception_message_is_cut_to_its_head_and_tail_and_kept_whole_on_disk(runner):
     # A 20 MB message was printed twice (40 MB on unittest's stream); the whole of it is in a file the report names.
@@ -368,6 +383,7 @@ def test_kept_texts_never_go_to_a_directory_open_to_others(tmp_path, monkeypatch
     assert sorted(os.listdir(made)) == ["Test.test_a_b"]
 
 
+@pytest.mark.e2e
 def test_junit_bodies_are_bounded_too(tmp_path):
     # 5 MB of rank output once made a 5.6 MB junit body; a 20 MB message made a larger one.
     junit = tmp_path / "junit.xml"
@@ -380,6 +396,7 @@ def test_junit_bodies_are_bounded_too(tmp_path):
     assert len(body) < 10_000, len(body)  # 3 213 bytes when written
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("runner", ["python", "pytest"])
 def test_the_runners_locals_option_reaches_rank_tracebacks(runner):
     # unittest's --locals and pytest's -l set CONTINUOUS_TEST_TB_LOCALS for the ranks.
@@ -391,6 +408,7 @@ def test_the_runners_locals_option_reaches_rank_tracebacks(runner):
     assert "a_local_to_show = " not in plain.stdout + plain.stderr, describe(plain)
 
 
+@pytest.mark.e2e
 def test_docs_reports_page_shows_a_current_capture_of_each_kind_within_60_lines():
     # unittest, pytest, xdist, torchrun with one rank failing, torchrun with every rank hung.
     proc = helpers.run([sys.executable, str(helpers.ROOT / "docs" / "capture_reports.py"), "--check"], timeout=600)

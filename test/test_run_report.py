@@ -45,7 +45,7 @@ def unittest_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("unittest_run")
     args = [arg for name in (*ORDER_TESTS, "test_f") for arg in ("-k", name)]
     proc = helpers.python("test_order.py", *args, env={"FLAKY_DIR": str(tmp), ENV_REPORT: str(tmp / "run.json"),
-                                                       ENV_REPORT_HTML: str(tmp / "run.html")})
+                                                       ENV_REPORT_HTML: str(tmp / "run.html"), **helpers.BISECT_ON})
     return proc, json.loads((tmp / "run.json").read_text()), tmp / "run.html"
 
 
@@ -55,7 +55,7 @@ def pytest_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pytest_run")
     proc = helpers.pytest("test_order.py", "-k", " or ".join(ORDER_TESTS), f"--junitxml={tmp / 'junit.xml'}",
                           f"--ct-report={tmp / 'run.json'}", f"--ct-report-html={tmp / 'run.html'}",
-                          env={"FLAKY_DIR": str(tmp)})
+                          env={"FLAKY_DIR": str(tmp), **helpers.BISECT_ON})
     return proc, json.loads((tmp / "run.json").read_text()), tmp / "junit.xml"
 
 
@@ -63,6 +63,7 @@ def _tests(report: dict) -> dict:
     return {t["id"].rsplit(".", 1)[-1].rsplit("::", 1)[-1]: t for t in report["tests"]}
 
 
+@pytest.mark.world
 def test_the_report_of_run_tests_validates_and_says_each_verdict(unittest_run):
     proc, report, _ = unittest_run
     assert unittest_counts(proc.stderr) == {"ran": 5, "failures": 3}, describe(proc)
@@ -77,6 +78,7 @@ def test_the_report_of_run_tests_validates_and_says_each_verdict(unittest_run):
     assert tests["test_g_always"]["failing_ranks"] == [0, 1] and tests["test_g_always"]["outcome"] == "failed"
 
 
+@pytest.mark.world
 def test_the_report_has_world_starts_restarts_and_times(unittest_run):
     _, report, _ = unittest_run
     shared = [w for w in report["worlds"] if w["kind"] == "shared"]
@@ -100,6 +102,7 @@ def test_the_report_has_world_starts_restarts_and_times(unittest_run):
     assert replayed and all(victim["start"] <= r["start"] <= r["end"] <= victim["end"] for r in replayed)
 
 
+@pytest.mark.world
 def test_the_validator_rejects_a_broken_report(unittest_run):
     _, report, _ = unittest_run
     broken = copy.deepcopy(report)
@@ -110,6 +113,7 @@ def test_the_validator_rejects_a_broken_report(unittest_run):
     assert "'version' is required" in found and "matches 0 of the oneOf" in found and "$.worlds[0].world_size" in found
 
 
+@pytest.mark.world
 def test_junit_properties_carry_every_diagnosis(pytest_run):
     proc, report, junit = pytest_run
     assert pytest_counts(proc.stdout) == {"failed": 2, "passed": 2, "deselected": 8}, describe(proc)
@@ -125,6 +129,7 @@ def test_junit_properties_carry_every_diagnosis(pytest_run):
     assert _tests(report)["test_e_victim"]["outcome"] == "failed"
 
 
+@pytest.mark.e2e
 def test_xdist_workers_send_their_parts_and_leaks_and_the_seed_are_recorded(tmp_path):
     proc = helpers.pytest("test_leaks.py", "test_basic.py", "-n", "2", "--dist", "loadscope", "--ct-shuffle=5",
                           "-k", "test_1_leaks or test_2_sensitive or AllReduce", f"--ct-report={tmp_path / 'r.json'}",
@@ -144,6 +149,7 @@ def test_xdist_workers_send_their_parts_and_leaks_and_the_seed_are_recorded(tmp_
     assert props["test_sum"]["shuffle_seed"] == "5"
 
 
+@pytest.mark.world
 def test_run_tests_writes_what_the_variables_ask_for(tmp_path):
     # Only the page is asked for: no JSON is left behind; with neither, nothing is written.
     page = tmp_path / "page.html"
@@ -154,6 +160,7 @@ def test_run_tests_writes_what_the_variables_ask_for(tmp_path):
     assert proc.returncode == 0 and os.listdir(tmp_path) == ["page.html"], describe(proc)
 
 
+@pytest.mark.world
 def test_a_world_that_fails_to_start_is_marked(tmp_path):
     proc = helpers.python("test_badconfig.py", "-k", "test_init", env={ENV_REPORT: str(tmp_path / "r.json"),
                                                                         ENV_REPORT_HTML: str(tmp_path / "r.html")})
@@ -166,6 +173,7 @@ def test_a_world_that_fails_to_start_is_marked(tmp_path):
     assert 'class="marker start failed"' in (tmp_path / "r.html").read_text()
 
 
+@pytest.mark.e2e
 def test_a_run_without_ranks_has_tests_and_no_worlds(tmp_path):
     test_file = tmp_path / "test_plain.py"
     test_file.write_text("def test_one():\n    pass\n\ndef test_two():\n    assert False\n")
@@ -179,6 +187,7 @@ def test_a_run_without_ranks_has_tests_and_no_worlds(tmp_path):
 # -- the page ------------------------------------------------------------------------------
 
 
+@pytest.mark.world
 def test_the_page_is_self_contained_and_marks_what_happened(unittest_run):
     _, report, page = unittest_run
     text = page.read_text()
@@ -280,6 +289,7 @@ def test_the_page_escapes_quotes_and_markup_of_test_ids_in_attributes_and_text()
     assert ODD not in text and ODD_PLAIN not in text  # never raw, even where the parser forgives it
 
 
+@pytest.mark.e2e
 def test_the_command_writes_the_page_and_refuses_what_is_not_a_report(unittest_run, tmp_path):
     _, report, _ = unittest_run
     (tmp_path / "run.json").write_text(json.dumps(report))
@@ -311,6 +321,7 @@ def headless(page: Path, *args: str) -> subprocess.CompletedProcess:
                               timeout=120)
 
 
+@pytest.mark.e2e
 def test_chromium_renders_one_lane_per_world_and_the_failing_ranks(unittest_run):
     _, report, page = unittest_run
     proc = headless(page, "--dump-dom")
@@ -323,6 +334,7 @@ def test_chromium_renders_one_lane_per_world_and_the_failing_ranks(unittest_run)
     assert '<tr class="failed" data-test="__main__.OrderTest.test_e_victim">' in dom
 
 
+@pytest.mark.e2e
 def test_chromium_draws_the_page(unittest_run, tmp_path):
     _, _, page = unittest_run
     shot = tmp_path / "page.png"
@@ -336,6 +348,7 @@ if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-p", "no:cacheprovider", *sys.argv[1:]]))
 
 
+@pytest.mark.world
 def test_repeat_counts_reach_the_report_and_each_run_is_a_junit_property(tmp_path):
     # --ct-repeat (controller/repeat.py) fills each run's "repeat" in the JSON; JUnit names the run.
     report, junit = tmp_path / "run.json", tmp_path / "junit.xml"

@@ -6,12 +6,14 @@ import helpers
 import pytest
 from helpers import describe, pytest_counts, unittest_counts
 
+pytestmark = pytest.mark.e2e
+
 RUNNERS = {
-    "python": lambda scenario, env=None: helpers.python(scenario, env=env),
-    "unittest": lambda scenario, env=None: helpers.unittest(scenario[:-3], env=env),
-    "pytest": lambda scenario, env=None: helpers.pytest(scenario, env=env),
+    "python": lambda scenario, env=None: helpers.python(scenario, env=env, real=True),
+    "unittest": lambda scenario, env=None: helpers.unittest(scenario[:-3], env=env, real=True),
+    "pytest": lambda scenario, env=None: helpers.pytest(scenario, env=env, real=True),
     # xdist's workers run threads of their own: their ranks always come from the fresh-interpreter template.
-    "xdist": lambda scenario, env=None: helpers.pytest(scenario, "-n", "2", env=env),
+    "xdist": lambda scenario, env=None: helpers.pytest(scenario, "-n", "2", env=env, real=True),
 }
 
 

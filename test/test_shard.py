@@ -171,6 +171,7 @@ def test_world_of_is_the_class_or_the_function_itself():
     assert shard.world_of("t.py", Cls, "test_a", world_size=4).endswith("[ws4]")
 
 
+@pytest.mark.e2e
 def test_the_balance_benchmark_meets_its_target_and_keeps_worlds_whole(tmp_path):
     path = tmp_path / "balance.json"
     proc = helpers.run([sys.executable, str(helpers.ROOT / "benchmarks" / "shard_balance.py"), "--json", str(path)])
@@ -260,6 +261,7 @@ class _NoPipe:
         pass
 
 
+@pytest.mark.e2e
 def test_the_world_a_fresh_run_started_is_stopped_after_it_and_never_reused(monkeypatch):
     # Each start of a world is one process of its own group (sleep), where the template would fork ranks.
     from continuous_test import config as ct_config
@@ -318,6 +320,7 @@ def world(node: str) -> str:
     return {"test_f1": "world size 1", "test_f2": "world size 2", "test_g2": "world size 2"}.get(rest[:7], rest)
 
 
+@pytest.mark.world
 def test_pytest_shards_cover_the_selection_once_without_splitting_a_world():
     selection = collected("-k", "not Plain5")
     runs = [collect("-k", "not Plain5", f"--ct-shard={i}/3") for i in (1, 2, 3)]
@@ -334,6 +337,7 @@ def test_pytest_shards_cover_the_selection_once_without_splitting_a_world():
     assert all(part for part in shards), shards
 
 
+@pytest.mark.world
 def test_each_world_size_is_a_world_of_its_own():
     files = ("test_world_sizes.py", "test_world_sizes_functions.py")
     whole = helpers.pytest(*files, "--collect-only")
@@ -353,6 +357,7 @@ def test_each_world_size_is_a_world_of_its_own():
     assert all(len(home) == 1 for key, home in homes.items() if key[0] != "FreshSizesTest"), homes
 
 
+@pytest.mark.world
 def test_pytest_bad_shard_is_a_usage_error_naming_the_option():
     proc = helpers.pytest(SCENARIO, "--collect-only", "--ct-shard=5/4")
     assert proc.returncode == 4 and "Invalid shard '5/4' from the --ct-shard option" in proc.stderr, describe(proc)
@@ -360,6 +365,7 @@ def test_pytest_bad_shard_is_a_usage_error_naming_the_option():
     assert proc.returncode == 4 and f"from {ENV_SHARD} environment variable" in proc.stderr, describe(proc)
 
 
+@pytest.mark.world
 def test_an_empty_shard_of_a_non_empty_selection_passes():
     proc = helpers.pytest(SCENARIO, "-k", "Plain1", "--ct-shard=2/2")
     assert proc.returncode == 0 and "0 of 3 tests in 0 of 1 groups" in proc.stdout, describe(proc)
@@ -367,6 +373,7 @@ def test_an_empty_shard_of_a_non_empty_selection_passes():
     assert proc.returncode == 5, describe(proc)  # an empty selection still says so
 
 
+@pytest.mark.world
 def test_stored_durations_put_the_world_start_on_the_world_and_balance_the_next_run(tmp_path):
     path = tmp_path / "durations.json"
     proc = helpers.pytest(SCENARIO, "-k", "WorldA or test_f1 or test_f2", f"--ct-store-durations={path}")
@@ -385,6 +392,7 @@ def test_stored_durations_put_the_world_start_on_the_world_and_balance_the_next_
     assert {world(node) for node in first} == {"Plain1"}, first
 
 
+@pytest.mark.e2e
 def test_xdist_loadscope_runs_exactly_the_shard(tmp_path):
     expected = collected("--ct-shard=2/3")
     stored = tmp_path / "durations.json"
@@ -402,6 +410,7 @@ def test_xdist_loadscope_runs_exactly_the_shard(tmp_path):
     assert set(data["worlds"]) == {w for w in worlds if w.endswith(("WorldA", "Flaky", "_2", "_1"))}, data
 
 
+@pytest.mark.world
 def test_pytest_repeats_are_items_and_the_summary_says_the_world(tmp_path):
     proc = helpers.pytest(SCENARIO, "-k", "Flaky or test_a1", "--ct-repeat=3", "--ct-repeat-fresh", "--ct-bisect=off",
                           "-rA", env={"FLAKY_SECOND_IN_WORLD": "1"})
@@ -415,6 +424,7 @@ def test_pytest_repeats_are_items_and_the_summary_says_the_world(tmp_path):
     assert f"{NODE}WorldA::test_a1: shared world 3/3 passed, fresh worlds 3/3 passed" in proc.stdout
 
 
+@pytest.mark.world
 def test_pytest_repeats_say_when_a_failure_follows_the_order(tmp_path):
     proc = helpers.pytest(SCENARIO, "-k", "Flaky or test_g2", "--ct-repeat=3", "--ct-bisect=off",
                           env={"FLAKY_RUNS": "1", "FLAKY_DIR": str(tmp_path)})
@@ -429,6 +439,7 @@ def ran(proc) -> list:
     return re.findall(r"ran (\S+)", proc.stdout + proc.stderr)
 
 
+@pytest.mark.world
 def test_run_tests_shards_cover_the_file_once(tmp_path):
     env = {"NO_FUNCTIONS": "1", ENV_DURATIONS: str(tmp_path / "none.json")}
     whole = ran(helpers.python(SCENARIO, env=env))
@@ -442,12 +453,14 @@ def test_run_tests_shards_cover_the_file_once(tmp_path):
     assert sorted(ran(unittest_main)) == sorted(ran(parts[1])), describe(unittest_main)
 
 
+@pytest.mark.world
 def test_run_tests_bad_shard_is_a_usage_error():
     proc = helpers.python(SCENARIO, env={"NO_FUNCTIONS": "1", ENV_SHARD: "0/4"})
     assert proc.returncode == 2, describe(proc)
     assert f"Invalid shard '0/4' from {ENV_SHARD} environment variable" in proc.stderr
 
 
+@pytest.mark.world
 def test_run_tests_repeats_are_results_with_a_summary(tmp_path):
     proc = helpers.python(SCENARIO, "-v", "Flaky", "WorldA.test_a2",
                           env={"NO_FUNCTIONS": "1", ENV_REPEAT: "3", "FLAKY_RUNS": "1", "FLAKY_DIR": str(tmp_path),
@@ -460,6 +473,7 @@ def test_run_tests_repeats_are_results_with_a_summary(tmp_path):
 
 
 
+@pytest.mark.world
 def test_run_tests_fresh_repeats_tell_the_world_apart():
     proc = helpers.python(SCENARIO, "-v", "Flaky", env={"NO_FUNCTIONS": "1", ENV_REPEAT: "2", ENV_REPEAT_FRESH: "1",
                                                         "FLAKY_SECOND_IN_WORLD": "1", "CONTINUOUS_TEST_BISECT": "off"})

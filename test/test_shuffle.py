@@ -22,6 +22,7 @@ def seeded(seed: str, **env: str) -> dict:
     return {config.ENV_SHUFFLE: seed, **env}
 
 
+@pytest.mark.e2e
 def test_a_seed_replays_one_order_and_keeps_classes_together():
     first = helpers.python("test_shuffle.py", env=seeded("7"))
     again = helpers.python("test_shuffle.py", env=seeded("7"))
@@ -33,10 +34,11 @@ def test_a_seed_replays_one_order_and_keeps_classes_together():
     classes = [name.split(".")[0] for name in order(first)]
     assert sum(1 for a, b in zip(classes, classes[1:]) if a != b) == 2, "a class was split"
     assert shuffle.SEED_LINE.format(seed=7) in first.stderr
-    unittest_main = helpers.unittest("test_shuffle", env=seeded("7"))
+    unittest_main = helpers.unittest("test_shuffle", env=seeded("7"), real=True)
     assert order(unittest_main) == order(first), describe(unittest_main)
 
 
+@pytest.mark.world
 def test_the_seed_is_in_every_failure_report():
     proc = helpers.python("test_shuffle.py", env=seeded("7", FAIL_ONE="1"))
     assert proc.returncode == 1
@@ -44,6 +46,7 @@ def test_the_seed_is_in_every_failure_report():
     assert shuffle.FAILURE_LINE.format(seed=7) in failure, describe(proc)
 
 
+@pytest.mark.world
 def test_pytest_same_order_with_k_and_x():
     unittest_order = order(helpers.python("test_shuffle.py", env=seeded("7")))
     proc = helpers.pytest("test_shuffle.py", "-s", "--ct-shuffle=7")
@@ -56,6 +59,7 @@ def test_pytest_same_order_with_k_and_x():
     assert shuffle.FAILURE_LINE.format(seed=7) in proc.stdout
 
 
+@pytest.mark.e2e
 def test_pytest_bare_option_picks_a_seed_shared_by_xdist_workers():
     proc = helpers.pytest("test_shuffle.py", "-n", "2", "--dist", "loadscope", "--ct-shuffle")
     assert proc.returncode == 0, describe(proc)
@@ -63,6 +67,7 @@ def test_pytest_bare_option_picks_a_seed_shared_by_xdist_workers():
     assert re.search(r"shuffled with seed \d+", proc.stdout), describe(proc)
 
 
+@pytest.mark.world
 def test_bad_seed_names_its_source():
     proc = helpers.pytest("test_shuffle.py", env=seeded("soon"))
     assert "Invalid shuffle seed 'soon' from CONTINUOUS_TEST_SHUFFLE environment variable" in proc.stderr, describe(proc)

@@ -15,6 +15,8 @@ import pytest
 from helpers import describe, unittest_counts
 from slurm_cluster import Cluster, ClusterUnavailable, start_cluster
 
+pytestmark = pytest.mark.e2e
+
 STEP_TIMEOUT = 60  # a guard against hangs, never a performance assertion
 LIMITS = {"MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo", "CONTINUOUS_TEST_START_TIMEOUT": "20",
           "CONTINUOUS_TEST_TIMEOUT": "20"}

@@ -3,6 +3,8 @@ import helpers
 import pytest
 from helpers import describe, pytest_counts, unittest_counts
 
+pytestmark = pytest.mark.world
+
 SCENARIO = "test_spares.py"
 ALL_AHEAD = "test_fresh_b,test_fresh_c"
 

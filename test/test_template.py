@@ -21,52 +21,58 @@ def describe(proc) -> str:
     return f"exit code {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr[-4000:]}"
 
 
+@pytest.mark.e2e
 def test_run_tests_forks_the_template_before_any_test_runs():
     # The controller runs intra-op parallel work in its first test, after the
     # template was forked: the ranks are unaffected.
-    proc = helpers.python(SCENARIO, env=ENV)
+    proc = helpers.python(SCENARIO, env=ENV, real=True)
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
     assert "template kind: fork" in proc.stdout, describe(proc)
 
 
+@pytest.mark.e2e
 def test_pytest_forks_the_template_after_collection():
-    proc = helpers.pytest(SCENARIO, "-p", "no:randomly", env=ENV)
+    proc = helpers.pytest(SCENARIO, "-p", "no:randomly", env=ENV, real=True)
     assert proc.returncode == 0, describe(proc)
     assert pytest_counts(proc.stdout) == {"passed": 4}, describe(proc)
     assert "template kind: fork" in proc.stdout, describe(proc)
 
 
+@pytest.mark.e2e
 def test_parallel_work_before_the_template_falls_back_to_a_fresh_interpreter():
     # OpenMP's pool exists before the fork: the template's probe child deadlocks,
     # so ranks come from a fresh interpreter that does not import the test file.
-    proc = helpers.python(SCENARIO, env=dict(ENV, PARALLEL_AT_IMPORT="1"))
+    proc = helpers.python(SCENARIO, env=dict(ENV, PARALLEL_AT_IMPORT="1"), real=True)
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
     assert "template kind: forkserver" in proc.stdout, describe(proc)
 
 
+@pytest.mark.e2e
 def test_python_m_unittest_forks_the_template_before_any_test_runs():
     # python -m unittest calls no run_tests(): the template is made once unittest
     # loaded the tests, before the controller's parallel work (it was made at the
     # first world start, after it, which forced the fresh-interpreter template).
-    proc = helpers.unittest("test_template_fork", env=ENV)
+    proc = helpers.unittest("test_template_fork", env=ENV, real=True)
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
     assert "template kind: fork" in proc.stdout, describe(proc)
 
 
+@pytest.mark.e2e
 def test_the_fresh_interpreter_template_on_request():
-    proc = helpers.python(SCENARIO, env=dict(ENV, CONTINUOUS_TEST_START_METHOD="forkserver"))
+    proc = helpers.python(SCENARIO, env=dict(ENV, CONTINUOUS_TEST_START_METHOD="forkserver"), real=True)
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
     assert "template kind: forkserver" in proc.stdout, describe(proc)
 
 
+@pytest.mark.e2e
 def test_a_dead_template_is_replaced_and_the_next_test_passes_on_its_first_run():
     # The template is killed between two classes: the next world's ranks come from a
     # new template, and its test passes at once, without a rerun in a fresh world.
-    proc = helpers.python("test_template_dies.py")
+    proc = helpers.python("test_template_dies.py", real=True)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
@@ -97,12 +103,13 @@ def test_bad_start_method_lists_the_choices(monkeypatch):
         template.start_method()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", ["fork", "forkserver"])
 def test_a_fork_a_test_makes_in_a_rank_leaves_its_garbage_collector_alone(method):
     # Only the template freezes its objects before a fork (so that ranks share its
     # pages); a rank's own forks (a DataLoader worker, a multiprocessing start) must not.
     # The controller's own fork (a plain test, after the world ran) must not either.
-    proc = helpers.python("test_forks.py", "-v", env={"CONTINUOUS_TEST_START_METHOD": method})
+    proc = helpers.python("test_forks.py", "-v", env={"CONTINUOUS_TEST_START_METHOD": method}, real=True)
     assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
     assert "test_a_cycle_is_collected_after_a_fork_in_the_controller (__main__.ZControllerForkTest" in proc.stderr, \
         describe(proc)
@@ -137,6 +144,7 @@ def test_only_the_process_named_as_the_template_freezes_its_objects_before_a_for
     assert not scenario.cycle_survives_a_fork()
 
 
+@pytest.mark.e2e
 def test_the_template_removes_the_controllers_private_dir_when_it_exits(tmp_path):
     # The template's exit handler (template/at_exit.py) removes CONTINUOUS_TEST_PRIVATE_DIR:
     # the controller may have died without removing it.  This interpreter plays the template.
@@ -162,6 +170,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.e2e
 def test_a_fresh_interpreter_template_imports_a_test_file_run_as_a_script(tmp_path):
     # Run as a script, the test file is named in CONTINUOUS_TEST_PRELOAD_MAIN and preloaded
     # by a fresh-interpreter template (template/preload_main.py), as __mp_main__.

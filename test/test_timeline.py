@@ -62,11 +62,13 @@ def world(tmp_path_factory):
     return helpers.python("test_timeline.py", "-v", env={"TMPDIR": str(tmp_path_factory.mktemp("tmp"))})
 
 
+@pytest.mark.world
 def test_every_test_ran(world):
     assert unittest_counts(world.stderr) == {"ran": 9, "failures": 3, "errors": 5}, describe(world)
     assert re.search(r"test_h_healthy .* \.\.\. ok$", world.stderr, re.M), describe(world)
 
 
+@pytest.mark.world
 def test_ranks_calling_different_collectives(world):
     report = section(world.stderr, "test_a_different_collectives")
     assert HEADING in report
@@ -75,6 +77,7 @@ def test_ranks_calling_different_collectives(world):
                      r"    first divergence at #2\n", report), report
 
 
+@pytest.mark.world
 def test_same_collective_different_shapes_is_called_out(world):
     report = section(world.stderr, "test_b_different_shapes")
     assert "rank 0: all_reduce #1 [float32(8)]" in report
@@ -82,6 +85,7 @@ def test_same_collective_different_shapes_is_called_out(world):
     assert MISMATCH.format(seq=1, group="", op="all_reduce") in report, report
 
 
+@pytest.mark.world
 def test_rank_that_skips_a_barrier(world):
     report = section(world.stderr, "test_c_skipped_barrier")
     assert re.search(r"rank 0: barrier #2 at test_timeline.py:\d+ \(waiting\)", report), report
@@ -89,6 +93,7 @@ def test_rank_that_skips_a_barrier(world):
     assert DIVERGENCE.format(seq=2, group="") in report
 
 
+@pytest.mark.world
 def test_rank_dying_inside_a_collective(world):
     report = section(world.stderr, "test_d_dies_inside")
     assert "rank 1 died with signal SIGKILL" in report
@@ -96,11 +101,13 @@ def test_rank_dying_inside_a_collective(world):
     assert "(waiting; the rank died)" in report, report
 
 
+@pytest.mark.world
 def test_failure_on_some_ranks_shows_the_timeline(world):
     report = section(world.stderr, "test_e_fails_on_one_rank")
     assert re.search(r"ranks 0, 1: all_reduce #1 \[float32\(8\)\] at test_timeline.py:\d+ \(returned\)", report), report
 
 
+@pytest.mark.world
 def test_point_to_point_calls_are_numbered_apart_from_collectives(world):
     report = section(world.stderr, "test_i_point_to_point_after_a_collective")
     assert re.search(r"rank 0: send\(peer 1\) #1 \[float32\(4\)\] at test_timeline.py:\d+ \(returned\)\n"
@@ -108,10 +115,12 @@ def test_point_to_point_calls_are_numbered_apart_from_collectives(world):
     assert "divergence" not in report and "point-to-point:" not in report, report
 
 
+@pytest.mark.world
 def test_same_failure_everywhere_without_divergence_has_no_timeline(world):
     assert HEADING not in section(world.stderr, "test_f_fails_everywhere_alike")
 
 
+@pytest.mark.world
 def test_rank_holding_the_gil_still_has_its_records_read(world):
     report = section(world.stderr, "test_g_holds_the_gil")
     assert "(dumped by faulthandler)" in report  # its Python could not answer
@@ -119,6 +128,7 @@ def test_rank_holding_the_gil_still_has_its_records_read(world):
     assert re.search(r"rank 0: barrier #2 at test_timeline.py:\d+ \(waiting\)", report), report
 
 
+@pytest.mark.world
 def test_passing_tests_print_no_timeline(world):
     assert world.stderr.count(HEADING) == 7, describe(world)
 
@@ -134,18 +144,21 @@ def _pytest_section(output: str, test: str) -> str:
     return match.group(1)
 
 
+@pytest.mark.world
 def test_pytest_report_has_a_timeline_section(in_pytest):
     report = _pytest_section(in_pytest.stdout, "test_fn_diverges")
     assert re.search(r"-+ collective timeline -+\nrank 0: all_reduce #1 \[float32\(4\)\] at test_timeline_pytest.py:\d+ "
                      r"\(waiting\)\nrank 1: broadcast #1 \[float32\(4\)\] .*\nfirst divergence at #1\n", report), report
 
 
+@pytest.mark.world
 def test_fresh_ranks_rank_dying_inside_a_collective(in_pytest):
     report = _pytest_section(in_pytest.stdout, "FreshTest.test_dies_inside")
     assert "rank 1: all_reduce #2 [int64(3)] at test_timeline_pytest.py:" in report
     assert "(waiting; the rank died)" in report, report
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("test", ["test_fn_marked_off", "OffByAttribute.test_diverges"])
 def test_recording_turned_off_by_marker_or_class_attribute(in_pytest, test):
     report = _pytest_section(in_pytest.stdout, test)
@@ -153,6 +166,7 @@ def test_recording_turned_off_by_marker_or_class_attribute(in_pytest, test):
     assert "collective timeline" not in report, report
 
 
+@pytest.mark.world
 def test_recording_turned_off_by_environment(tmp_path):
     proc = helpers.python("test_timeline.py", "DivergeTest.test_a_different_collectives",
                           env={"TMPDIR": str(tmp_path), "CONTINUOUS_TEST_RECORD": "0"})
@@ -160,6 +174,7 @@ def test_recording_turned_off_by_environment(tmp_path):
     assert HEADING not in proc.stderr, describe(proc)
 
 
+@pytest.mark.e2e
 def test_torchrun_merged_verdict_calls_out_shapes_gloo_did_not_notice():
     proc = helpers.torchrun("test_timeline_launched.py", 2, "LaunchedDivergeTest.test_a_different_shapes")
     report = section(proc.stderr, "test_a_different_shapes")
@@ -168,6 +183,7 @@ def test_torchrun_merged_verdict_calls_out_shapes_gloo_did_not_notice():
     assert MISMATCH.format(seq=2, group="", op="all_reduce") in report, describe(proc)
 
 
+@pytest.mark.e2e
 def test_torchrun_time_limit_report_gathers_every_rank():
     proc = helpers.torchrun("test_timeline_launched.py", 2, "LaunchedDivergeTest.test_b_different_collectives")
     assert re.search(r"rank 0: all_reduce #1 \[float32\(8\)\] at test_timeline_launched.py:\d+ \(waiting\)\n"

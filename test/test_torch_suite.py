@@ -11,6 +11,7 @@ import json
 import re
 import sys
 from pathlib import Path
+import pytest
 
 import helpers
 
@@ -35,6 +36,7 @@ def test_the_ci_subset_keeps_torchs_verdicts():
     assert list(ours.values()).count("passed") >= 20  # a run where every test skipped cannot match
 
 
+@pytest.mark.e2e
 def test_python_file_v_with_k_patterns_prints_torchs_names_and_verdicts():
     # The glue runs as torch's spawn file does: python FILE -v -k PATTERN ..., unittest's
     # verbose lines with torch's test names; each verdict is the one torch's runner recorded.

@@ -75,6 +75,7 @@ def run_class(cls: str, *args: str, env=None) -> subprocess.CompletedProcess:
     return helpers.pytest(SCENARIO, "-k", cls, "--durations=0", "--durations-min=0", "-rA", *args, env=env)
 
 
+@pytest.mark.e2e
 def test_death_between_tests_is_reported_and_later_tests_pass():
     proc = run_class("DeathBetweenTest", env={"SLOW_FIXTURE": "1"})
     assert proc.returncode == 1, describe(proc)
@@ -84,6 +85,7 @@ def test_death_between_tests_is_reported_and_later_tests_pass():
     assert "BrokenPipeError" not in proc.stdout + proc.stderr, describe(proc)
 
 
+@pytest.mark.e2e
 def test_death_after_the_last_test_is_reported():
     proc = run_class("DeathAfterLastTest", env={"SLOW_FIXTURE": "1"})
     assert proc.returncode == 1, describe(proc)
@@ -92,6 +94,7 @@ def test_death_after_the_last_test_is_reported():
             "the last test of the class") in proc.stdout, describe(proc)
 
 
+@pytest.mark.e2e
 def test_killed_template_is_reported_and_later_worlds_start(tmp_path):
     proc = run_class("TemplateKilledTest or AfterTemplateKilledTest", env={"TMPDIR": str(tmp_path)})
     assert proc.returncode == 1, describe(proc)
@@ -101,6 +104,7 @@ def test_killed_template_is_reported_and_later_worlds_start(tmp_path):
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
 
 
+@pytest.mark.e2e
 def test_green_run_leaves_no_grandchildren_and_no_template(tmp_path):
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
@@ -137,6 +141,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.e2e
 def test_sigkill_of_controller_while_a_rank_holds_the_gil_leaves_nothing(tmp_path):
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
@@ -168,12 +173,14 @@ def test_sigkill_of_controller_while_a_rank_holds_the_gil_leaves_nothing(tmp_pat
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.e2e
 def test_replaced_default_group_is_restored_before_the_next_test():
     proc = run_class("ReplacedGroupTest")
     assert proc.returncode == 0, describe(proc)
     assert pytest_counts(proc.stdout) == {"passed": 2}, describe(proc)
 
 
+@pytest.mark.e2e
 def test_death_is_seen_by_the_sentinel_while_a_grandchild_holds_the_pipe():
     proc = run_class("PipeHeldOpenTest")
     assert pytest_counts(proc.stdout) == {"passed": 1, "failed": 1}, describe(proc)
@@ -182,6 +189,7 @@ def test_death_is_seen_by_the_sentinel_while_a_grandchild_holds_the_pipe():
     assert duration(proc.stdout, "call", "test_a_dies_while_a_grandchild_holds_its_pipe") < 30
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("cls, test", [
     ("GraceTest", "test_b_fails_while_peer_waits"),
     ("FreshGraceTest", "test_fails_while_peer_waits"),
@@ -200,6 +208,7 @@ def test_grace_period_waited_is_the_configured_one(cls, test):
     assert 0.9 <= waited < 8.0, f"waited {waited} s\n{describe(proc)}"
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("env, bound", [({}, 1), ({"CONTINUOUS_TEST_SHUTDOWN_TIMEOUT": "2"}, 2)],
                          ids=["class attribute", "environment"])
 def test_shutdown_bound_is_the_configured_one(env, bound):
@@ -215,24 +224,28 @@ def test_shutdown_bound_is_the_configured_one(env, bound):
     assert f"did not stop within {bound} s and were killed" in proc.stderr + proc.stdout, describe(proc)
 
 
+@pytest.mark.e2e
 def test_failing_fresh_rank_exits_with_torchs_error_code():
     proc = run_class("FreshExitCodeTest")
     assert pytest_counts(proc.stdout) == {"failed": 1}, describe(proc)
     assert "exit codes: [0, 10]" in proc.stdout, describe(proc)
 
 
+@pytest.mark.e2e
 def test_init_pg_returns_only_once_every_rank_joined():
     proc = run_class("InitBarrierTest")
     assert proc.returncode == 0, describe(proc)
     assert pytest_counts(proc.stdout) == {"passed": 1}, describe(proc)
 
 
+@pytest.mark.world
 def test_a_forked_child_that_returns_through_the_harness_ends_there():
     proc = helpers.python("test_forked_child_returns.py", "-v")
     assert helpers.unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
     assert "ProtocolError" not in proc.stderr, describe(proc)
 
 
+@pytest.mark.world
 @pytest.mark.parametrize("runner", ["python", "pytest"])
 def test_a_keyboard_interrupt_a_rank_raises_is_its_tests_error_and_the_run_goes_on(runner):
     # Held up as working in issue 26: only the controller's own Ctrl-C stops the run.
@@ -251,9 +264,10 @@ def test_a_keyboard_interrupt_a_rank_raises_is_its_tests_error_and_the_run_goes_
     assert "KeyboardInterrupt" in out, describe(proc)
 
 
+@pytest.mark.world
 def test_a_skip_on_one_rank_while_a_peer_waits_is_reported_within_the_grace_period():
     started = time.monotonic()
-    proc = helpers.python("test_skip_on_one_rank.py", "-v", env={"CONTINUOUS_TEST_BISECT": "off"})
+    proc = helpers.python("test_skip_on_one_rank.py", "-v", env={"CONTINUOUS_TEST_BISECT": "off", "CONTINUOUS_TEST_GRACE": "3"})
     took = time.monotonic() - started
     assert helpers.unittest_counts(proc.stderr) == {"ran": 2, "failures": 1}, describe(proc)
     assert ("InconsistentSkipError: SkipOnOneRankTest.test_a_skips_on_rank_0_only was skipped on rank 0 "

@@ -36,6 +36,7 @@ def _one_world_per_size(log, class_tests=("SizesTest.test_all_reduce", "SizesTes
     assert len({next(iter(found[class_tests[0]][size])) for size in (1, 2, 3, 4)}) == 4  # a world per size
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("runner", ["python", "pytest", "xdist"])
 def test_each_test_runs_once_per_size_in_one_world_per_size(runner, tmp_path):
     log = tmp_path / "log"
@@ -56,6 +57,7 @@ def test_each_test_runs_once_per_size_in_one_world_per_size(runner, tmp_path):
     _one_world_per_size(log)
 
 
+@pytest.mark.world
 def test_k_selects_one_size():
     proc = helpers.pytest(SCENARIO, "-k", "ws3")
     assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 8}, describe(proc)
@@ -63,6 +65,7 @@ def test_k_selects_one_size():
     assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
 
 
+@pytest.mark.world
 def test_a_function_runs_once_per_size_in_its_sizes_world(tmp_path):
     log = tmp_path / "log"
     proc = helpers.pytest("test_world_sizes_functions.py", "-vv", env={"WS_LOG": str(log)})
@@ -72,14 +75,16 @@ def test_a_function_runs_once_per_size_in_its_sizes_world(tmp_path):
     assert sorted(_worlds(log)["test_function_sizes"]) == [1, 2]
 
 
+@pytest.mark.world
 def test_a_marker_with_several_sizes_sizes_a_class():
     proc = helpers.pytest("test_world_sizes_marker.py", "-vv")
     assert pytest_counts(proc.stdout) == {"passed": 2}, describe(proc)
     assert "MarkedTest::test_size[ws1] PASSED" in proc.stdout and "MarkedTest::test_size[ws3] PASSED" in proc.stdout
 
 
+@pytest.mark.world
 def test_bisect_looks_only_at_predecessors_of_the_same_size():
-    proc = helpers.python("test_world_sizes_faults.py", "-v")
+    proc = helpers.python("test_world_sizes_faults.py", "-v", env=helpers.BISECT_ON)
     output = proc.stderr
     assert unittest_counts(output) == {"ran": 5, "failures": 1, "errors": 1}, describe(proc)
     assert "test_b_victim[ws1] (__main__.PerSizeTest.test_b_victim[ws1]) ... ok" in output, describe(proc)
@@ -90,6 +95,7 @@ def test_bisect_looks_only_at_predecessors_of_the_same_size():
         "got [2, 0]" in output, describe(proc)
 
 
+@pytest.mark.e2e
 def test_under_a_launcher_the_other_sizes_skip_with_the_reason():
     proc = helpers.torchrun(SCENARIO, 2, "-v")
     assert proc.returncode == 0, describe(proc)

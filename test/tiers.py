@@ -20,6 +20,9 @@ TIERS = {
 }
 _ORDER = list(TIERS)
 ENV_RECORD = "CT_TIER_RECORD"
+# Enforcement is opt-in (CT_TIER_ENFORCE=1) until the marks are checked against a whole
+# in-process run: the marks below were written from one such run and a static scan.
+ENV_ENFORCE = "CT_TIER_ENFORCE"
 
 _current: Optional[tuple] = None  # (nodeid, declared tier) of the running test
 
@@ -52,7 +55,7 @@ def uses(tier: str, what: str) -> None:
         with open(record, "a") as f:
             f.write(f"{nodeid} {tier}\n")
         return
-    if _ORDER.index(tier) > _ORDER.index(have):
+    if os.environ.get(ENV_ENFORCE) and _ORDER.index(tier) > _ORDER.index(have):
         raise AssertionError(f"{nodeid} {what}: mark it @pytest.mark.{tier} (its tier is {have}; test/README.rst, "
                              f"'Tiers')")
 
