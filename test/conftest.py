@@ -38,8 +38,11 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["CT_SCENARIOS"] = mode
 
 
-@pytest.fixture(autouse=True)
-def _tier(request: pytest.FixtureRequest):
-    """The running test's tier, for the guards in test/tiers.py."""
-    with tiers.running(request.node.nodeid, tiers.declared(request.node)):
-        yield
+if not Path.cwd().resolve().is_relative_to(HERE / "scenarios"):
+    # Not in a scenario's own session (run from test/scenarios): a function-scoped
+    # autouse fixture there would change what the plugin may send ahead.
+    @pytest.fixture(autouse=True)
+    def _tier(request: pytest.FixtureRequest):
+        """The running test's tier, for the guards in test/tiers.py."""
+        with tiers.running(request.node.nodeid, tiers.declared(request.node)):
+            yield
