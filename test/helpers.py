@@ -11,6 +11,8 @@ from typing import Dict, Optional, Sequence
 import inprocess
 import tiers
 
+from continuous_test import config
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 RUN_TIMEOUT = 300  # a guard against hangs, never a performance assertion
@@ -18,8 +20,8 @@ RUN_TIMEOUT = 300  # a guard against hangs, never a performance assertion
 # bisected, and ranks that have not reported after a failure elsewhere are waited for
 # one second, not three.  A test about either sets its own value (BISECT_ON, a GRACE).
 QUIET = {"CONTINUOUS_TEST_BISECT": "off", "CONTINUOUS_TEST_GRACE": "1"}
-BISECT_ON = {"CONTINUOUS_TEST_BISECT": "120"}  # the default budget (config.DEFAULT_BISECT_BUDGET)
-DEFAULTS = {**BISECT_ON, "CONTINUOUS_TEST_GRACE": "3"}  # the library's own defaults, as a user's run has them
+BISECT_ON = {"CONTINUOUS_TEST_BISECT": str(config.DEFAULT_BISECT_BUDGET)}  # the default budget
+DEFAULTS = {**BISECT_ON, "CONTINUOUS_TEST_GRACE": str(config.DEFAULT_GRACE)}  # the library's own, as a user's run has them
 
 
 def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:

@@ -185,3 +185,21 @@ def test_a_fresh_interpreter_template_imports_a_test_file_run_as_a_script(tmp_pa
                            env={ENV_PRELOAD_MAIN: str(script)})
     assert template.returncode == 0, describe(template)
     assert template.stdout == "imported as __mp_main__\n", describe(template)
+
+
+def test_a_rank_takes_the_class_from_the_controllers_file_when_its_name_is_another_file(tmp_path, monkeypatch):
+    # A template whose __main__ is another program's (or a same-named module earlier on the
+    # rank's sys.path): the rank loads the file the controller took the class from.
+    from continuous_test.rank import run as rank_run
+
+    theirs, ours = tmp_path / "theirs.py", tmp_path / "ours.py"
+    theirs.write_text("class Other:\n    pass\n")
+    ours.write_text("class Wanted:\n    def test_x(self):\n        pass\n")
+    import types
+    other = types.ModuleType("ct_same_name")
+    other.__file__ = str(theirs)
+    monkeypatch.setitem(sys.modules, "ct_same_name", other)
+    cls = rank_run.import_test_class("ct_same_name", "Wanted", str(ours), "test_x")
+    assert cls.__name__ == "Wanted" and sys.modules["ct_same_name"].__file__ == str(ours)
+    # The same file under the name is used as it is.
+    assert rank_run.import_test_class("ct_same_name", "Wanted", str(ours)) is cls
