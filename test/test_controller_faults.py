@@ -31,6 +31,18 @@ def test_an_exception_in_the_waiting_controller_leaves_no_busy_world():
     assert took < 15, describe(proc)
 
 
+@pytest.mark.world
+def test_an_exception_while_the_world_starts_is_the_tests_own(tmp_path):
+    # The alarm fires while the controller waits for the ranks to make their group: the
+    # slow test errors, and its world is started again for the innocent tests (a start
+    # the controller was interrupted in is not a start that failed).
+    proc = helpers.python(SCENARIO, "-v", "InterruptedStartTest", env={"MARK_DIR": str(tmp_path)})
+    assert unittest_counts(proc.stderr) == {"ran": 3, "errors": 1}, describe(proc)
+    assert "test_a_slow (__main__.InterruptedStartTest.test_a_slow) ... ERROR" in proc.stderr, describe(proc)
+    assert "test_b_innocent (__main__.InterruptedStartTest.test_b_innocent) ... ok" in proc.stderr, describe(proc)
+    assert "not retried" not in proc.stderr, describe(proc)
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("method", ["signal", "thread"])
 def test_pytest_timeouts_leave_no_busy_world(method, tmp_path):

@@ -43,7 +43,7 @@ from continuous_test import config
 from continuous_test.controller import devices, output as rank_output, progress, run_log
 from continuous_test.controller.processes import RankProcess, kill_ranks, start_ranks
 from continuous_test.controller.watch import Goal, Waited, Watch
-from continuous_test.errors import RankDiedError, WorldStartError
+from continuous_test.errors import ConfigError, RankDiedError, WorldStartError
 from continuous_test.template import server as template
 from continuous_test.verdict import timeline
 from continuous_test.verdict.merge import Verdict, merge
@@ -495,7 +495,11 @@ def start_world_for(cls: type, size: Optional[int] = None) -> World:
     is checked first.
 
     A world that failed to start is not retried for the rest of the class: every
-    later test reports the same error (or skip) at once.
+    later test reports the same error (or skip) at once.  That holds for what the start
+    itself found (a rank that failed or died, a bad setting, a skip, devices waited for
+    too long); an exception raised into the controller while it waited (a runner's
+    timeout, by a signal handler) is the running test's, and the next test starts the
+    world again.
     """
     world = _WORLDS.get((cls, size))
     if world is not None and world.state is WorldState.READY:
@@ -505,8 +509,11 @@ def start_world_for(cls: type, size: Optional[int] = None) -> World:
         raise _again(world.start_error, cls)
     try:
         world.ensure_started()
-    except Exception as exc:  # SkipTest included
-        world.start_error = exc
+    except Exception as exc:
+        import unittest
+
+        if isinstance(exc, (WorldStartError, ConfigError, unittest.SkipTest)):
+            world.start_error = exc
         raise
     return world
 

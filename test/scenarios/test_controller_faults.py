@@ -3,6 +3,7 @@
 ``InterruptedWaitTest.test_a_slow`` gets an exception raised in the controller one
 second into the test, while the controller waits for its ranks, as pytest-timeout's
 signal method raises one (the ranks sleep on).  The tests after it are innocent.
+``InterruptedStartTest`` gets it while its world still starts.
 ``RunnerTimeoutTest`` is the same under pytest-timeout itself (``--timeout 2``).
 ``TearDownInRanksTest`` has a ``tearDown`` that only works in a rank (it uses the
 process group): under ``pytest --pdb`` it must not run in the controller.
@@ -66,6 +67,19 @@ class InterruptedWaitTest(Gloo):
 
     def test_c_innocent(self):
         self._sum()
+
+
+class InterruptedStartTest(InterruptedWaitTest):
+    """The same exception, raised while the controller still waits for its first world to start (the ranks take
+    three seconds to make their group): the world is started again for the next test."""
+
+    @classmethod
+    def _init_pg(cls, rank, world_size, rdvz_file):
+        if not os.path.exists(os.path.join(os.environ["MARK_DIR"], "started-once")):
+            time.sleep(3)
+        super()._init_pg(rank, world_size, rdvz_file)
+        if rank == 0:
+            open(os.path.join(os.environ["MARK_DIR"], "started-once"), "w").close()
 
 
 class RunnerTimeoutTest(Gloo):
