@@ -3,9 +3,9 @@
 Every test has a tier (test/README.rst, "Tiers"): ``unit`` (the default: no process
 beyond forked stand-ins), ``world`` (ranks forked from this process's template:
 scenario runs in process, worlds started here) or ``e2e`` (real python, pytest,
-torchrun, mpiexec or srun processes).  With ``CT_TIER_ENFORCE=1`` a test that does
-more than its mark says fails, naming the mark it needs; ``tox -e quick`` runs
-``-m "not e2e"``.
+torchrun, mpiexec or srun processes).  A test that does more than its mark says
+fails, naming the mark it needs (``CT_TIER_ENFORCE=0`` turns that off); ``tox -e
+quick`` runs ``-m "not e2e"``.
 """
 import os
 import sys
@@ -26,8 +26,8 @@ collect_ignore_glob = ["scenarios/*", "gpu/*"]
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--scenarios", choices=("inprocess", "subprocess"), default=None,
-                     help="run scenario files in the test process where they can (CT_SCENARIOS=inprocess), or "
-                          "every one as a real process (the default)")
+                     help="run scenario files in the test process where they can (the default), or every one as "
+                          "a real process (CT_SCENARIOS=subprocess)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -38,11 +38,13 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["CT_SCENARIOS"] = mode
 
 
-if not Path.cwd().resolve().is_relative_to(HERE / "scenarios"):
-    # Not in a scenario's own session (run from test/scenarios): a function-scoped
-    # autouse fixture there would change what the plugin may send ahead.
-    @pytest.fixture(autouse=True)
-    def _tier(request: pytest.FixtureRequest):
-        """The running test's tier, for the guards in test/tiers.py."""
-        with tiers.running(request.node.nodeid, tiers.declared(request.node)):
-            yield
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """The running test's tier, for the guards in test/tiers.py; not in a session that a test of this suite
+    started (a scenario run, in process or real: helpers.scenario_env marks its environment).  A hook, not
+    an autouse fixture: a function-scoped fixture would change what the plugin sends ahead there."""
+    if os.environ.get(tiers.ENV_SCENARIO_RUN):
+        yield
+        return
+    with tiers.running(item.nodeid, tiers.declared(item)):
+        yield

@@ -36,8 +36,8 @@ def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         if key.startswith(("CONTINUOUS_TEST_", "TORCHELASTIC_", "SLURM_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_")) or key in (
                 "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"):
             env.pop(key)
-    if inprocess.enabled():  # the quiet defaults go with the in-process runs, still opt-in
-        env.update(QUIET)
+    env.update(QUIET)
+    env[tiers.ENV_SCENARIO_RUN] = "1"  # the run's own tests are not this suite's (test/conftest.py)
     env.update(extra or {})
     return env
 

@@ -13,13 +13,13 @@ What is scoped to one run and put back after it: ``os.environ``, the working
 directory, ``sys.argv``, ``sys.path``, the scenario's modules in ``sys.modules`` (and
 a test module of this suite whose name a scenario shares, set aside while it runs),
 signal handlers, warnings filters, the controller's run log, bisect budget and the
-runner in use; every world the run left is stopped.
+runner in use; every world the run left is stopped, and so is a template it forked.
 
 Not everything can run here.  :func:`reason_for_real` names what needs the real
 process: a main block other than ``run_tests()``, xdist (``-n``), a ``PYTHONPATH``
-of its own, a working directory of its own, a launcher's variables.  In-process runs
-are opt-in (``CT_SCENARIOS=inprocess`` or ``--scenarios=inprocess``) until the
-suite passes that way; by default every scenario run is a real process.
+of its own, a working directory of its own, a launcher's variables.  ``CT_SCENARIOS=subprocess``
+(the suite's ``--scenarios=subprocess``) makes every scenario run a real process, as
+pytest's ``--runpytest=subprocess`` does.
 """
 from __future__ import annotations
 
@@ -50,9 +50,9 @@ _SIGNALS = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SI
 
 
 def enabled() -> bool:
-    """Whether scenario runs may run in this process: opt-in with ``CT_SCENARIOS=inprocess`` while the
-    suite's in-process failures (issue 34) are worked through; every run is a real process by default."""
-    return os.environ.get(ENV_MODE, "subprocess") == "inprocess"
+    """Whether scenario runs may run in this process (the default); ``CT_SCENARIOS=subprocess``, or the suite's
+    ``--scenarios=subprocess``, makes every one a real process."""
+    return os.environ.get(ENV_MODE, "inprocess") != "subprocess"
 
 
 def reason_for_real(runner: str, scenario: str, args: Sequence[str], env: Optional[Dict[str, str]],
@@ -124,6 +124,9 @@ def pytest(args: Sequence[str], env: Dict[str, str], timeout: float) -> subproce
 def _run(args: List[str], argv: List[str], env: Dict[str, str], timeout: float, body,
          own: List[str]) -> subprocess.CompletedProcess:
     tiers.uses("world", "runs a scenario in process")
+    from continuous_test.template import server
+
+    template_before = server.forked_pid()
     with _scoped(env, argv, own), _captured() as output:
         # A hang is a bug of the run: end this process with every thread's stack, as the
         # subprocess's timeout would have ended the run.
@@ -134,7 +137,7 @@ def _run(args: List[str], argv: List[str], env: Dict[str, str], timeout: float, 
             code = _exit_code(exc.code)
         finally:
             faulthandler.cancel_dump_traceback_later()
-            _stop_worlds()
+            _stop_worlds(template_before)
     stdout, stderr = output
     return subprocess.CompletedProcess(args, code, stdout, stderr)
 
@@ -148,10 +151,15 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _stop_worlds() -> None:
+def _stop_worlds(template_before: Optional[int]) -> None:
+    """Stop every world the run left, and a template it forked: a later run's ranks must not fork from a
+    process that holds this run's modules and ``__main__`` (a real run's template ends with it)."""
     from continuous_test.controller import world
+    from continuous_test.template import server
 
     world.stop_all()
+    if server.forked_pid() != template_before:
+        server.stop_forked()
 
 
 @contextlib.contextmanager

@@ -55,7 +55,7 @@ def test_pytest_timeouts_leave_no_busy_world(method, tmp_path):
                           env={"MARK_DIR": str(tmp_path)})
     assert time.monotonic() - started < 15, describe(proc)  # the slow test's ranks sleep 20 s
     if method == "signal":
-        assert pytest_counts(proc.stdout) == {"failed": 1, "passed": 2, "deselected": 6}, describe(proc)
+        assert pytest_counts(proc.stdout) == {"failed": 1, "passed": 2, "deselected": 9}, describe(proc)
         assert "Failed: Timeout (>2.0s) from pytest-timeout" in proc.stdout, describe(proc)
         assert "ProtocolError" not in proc.stdout + proc.stderr, describe(proc)
     else:
@@ -96,10 +96,10 @@ def test_every_setting_is_checked_before_any_rank_runs_a_test(name, message, tmp
     assert list(tmp_path.iterdir()) == [], describe(proc)  # no rank ran a test
 
 
-@pytest.mark.world
+@pytest.mark.e2e
 def test_under_pdb_teardown_runs_in_the_ranks_only():
     proc = helpers.pytest(SCENARIO, "--pdb", "-k", "TearDownInRanksTest")
-    assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 7}, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 2, "deselected": 10}, describe(proc)
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def test_rendezvous_names_the_ranks_that_never_arrived():
     assert unittest_counts(tasks[0].stderr) == {"ran": 3, "errors": 3}, describe(tasks[0])
 
 
-@pytest.mark.world
+@pytest.mark.e2e
 def test_missing_store_host_is_named_on_other_ranks():
     proc = helpers.python("test_multinode.py", env={**slurm_env(1, 4, helpers.free_port()),
                                                     "CONTINUOUS_TEST_START_TIMEOUT": "2"})
@@ -153,7 +153,7 @@ def test_srun_world_size_mismatch_names_srun_options():
     assert "nproc" not in tasks[0].stderr
 
 
-@pytest.mark.world
+@pytest.mark.e2e
 def test_srun_port_in_use_is_reported_as_such():
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))

@@ -153,7 +153,7 @@ def test_pytest_under_mpiexec_sees_torchruns_variables():
     assert "2 passed" in proc.stdout, describe(proc)
 
 
-@pytest.mark.world
+@pytest.mark.e2e
 def test_across_hosts_without_master_addr_fails_at_once_saying_what_to_set():
     env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
            "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "77"}

@@ -203,3 +203,29 @@ def test_a_rank_takes_the_class_from_the_controllers_file_when_its_name_is_anoth
     assert cls.__name__ == "Wanted" and sys.modules["ct_same_name"].__file__ == str(ours)
     # The same file under the name is used as it is.
     assert rank_run.import_test_class("ct_same_name", "Wanted", str(ours)) is cls
+
+
+@pytest.mark.world
+def test_a_template_forked_during_an_in_process_run_ends_with_it(monkeypatch):
+    # test/inprocess.py: a later run's ranks must not fork from a template that holds this
+    # run's __main__ (its module-level reads of the environment): stop_forked ends it, and
+    # the next world forks a new one.
+    from continuous_test.template import server
+
+    server.stop_forked()  # no world of this process uses it between tests
+    forked: list = []
+    fork = server._fork_template
+
+    def recording() -> None:
+        fork()
+        forked.append(server.forked_pid())
+
+    monkeypatch.setattr(server, "_fork_template", recording)
+    for _ in range(2):
+        proc = helpers.python("test_basic.py", "-k", "test_sum")
+        assert unittest_counts(proc.stderr) == {"ran": 1}, helpers.describe(proc)
+    assert len(forked) == 2 and forked[0] != forked[1] and None not in forked, forked
+    assert server.forked_pid() is None
+    for pid in forked:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -20,9 +20,8 @@ TIERS = {
 }
 _ORDER = list(TIERS)
 ENV_RECORD = "CT_TIER_RECORD"
-# Enforcement is opt-in (CT_TIER_ENFORCE=1) until the marks are checked against a whole
-# in-process run: the marks below were written from one such run and a static scan.
-ENV_ENFORCE = "CT_TIER_ENFORCE"
+ENV_SCENARIO_RUN = "CT_SCENARIO_RUN"  # set in every scenario run's environment: its tests have no tier
+ENV_ENFORCE = "CT_TIER_ENFORCE"  # "0": the guards only record (with CT_TIER_RECORD) or do nothing
 
 _current: Optional[tuple] = None  # (nodeid, declared tier) of the running test
 
@@ -55,7 +54,7 @@ def uses(tier: str, what: str) -> None:
         with open(record, "a") as f:
             f.write(f"{nodeid} {tier}\n")
         return
-    if os.environ.get(ENV_ENFORCE) and _ORDER.index(tier) > _ORDER.index(have):
+    if os.environ.get(ENV_ENFORCE, "1") != "0" and _ORDER.index(tier) > _ORDER.index(have):
         raise AssertionError(f"{nodeid} {what}: mark it @pytest.mark.{tier} (its tier is {have}; test/README.rst, "
                              f"'Tiers')")
 

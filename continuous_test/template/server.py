@@ -60,6 +60,8 @@ __all__ = [
     "private_dir",
     "parent_pid",
     "died",
+    "forked_pid",
+    "stop_forked",
     "BAD_START_METHOD",
     "START_METHODS",
     "PROBE_TIMEOUT",
@@ -405,6 +407,29 @@ def _abandon_forked() -> None:
     # What failed the probe is most likely the test file's import-time code, so
     # the fresh template does not import it: each rank does, after the fork.
     server.set_forkserver_preload(preload_modules(with_main=False))
+
+
+def forked_pid() -> Optional[int]:
+    """The pid of the template forked from this process, or None."""
+    return _forked.pid if _forked is not None else None
+
+
+def stop_forked() -> None:
+    """Stop the template forked from this process (no world may still use it); the next world forks a new one.
+
+    For a process that runs one test session after another (an in-process test
+    runner): each session's template then holds that session's modules only.
+    """
+    global _forked
+    if _forked is None:
+        return
+    _confirm_forked()
+    if not _forked.ok:
+        return  # the fresh-interpreter template that replaced it serves on
+    _abandon_forked()
+    assert _context is not None
+    _context.set_forkserver_preload(preload_modules())  # _abandon_forked chose the fallback's preload
+    _forked = None
 
 
 def private_dir() -> str:
