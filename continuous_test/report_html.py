@@ -25,6 +25,8 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from continuous_test.wire import files
+
 __all__ = ["render", "write", "main", "TITLE"]
 
 TITLE = "continuous_test run"
@@ -79,10 +81,7 @@ def _first_events(report: Dict[str, Any]) -> List[float]:
 
 def write(report: Dict[str, Any], path: str) -> None:
     """Write the page for ``report`` to ``path``."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as stream:
-        stream.write(render(report))
+    files.write_text(path, render(report))
 
 
 # -- the lanes ------------------------------------------------------------------------
