@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from continuous_test.errors import ConfigError
-from continuous_test.wire import files
+from continuous_test.wire import files, kept
 
 
 def _is_char_device(path: str) -> bool:
@@ -93,3 +93,12 @@ def test_name_parts_fit_the_limit_in_bytes_without_splitting_a_character(text):
     part = files.name_part(text, 200)
     assert len(part.encode("utf-8")) <= 200 and text.startswith(part) and part
 
+
+def test_kept_texts_with_long_non_ascii_names_are_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(kept, "_dir", str(tmp_path / "kept"))
+    name = "测试" * 100
+    first = kept.save("whole", name, ".rank0.log")
+    second = kept.save("again", name, ".rank0.log")  # the same name again: a new file beside it
+    assert open(first).read() == "whole" and open(second).read() == "again" and first != second
+    assert first.endswith(".rank0.log")
+    assert all(len(os.path.basename(p).encode()) <= files.MAX_NAME_BYTES for p in (first, second))

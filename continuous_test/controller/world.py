@@ -48,7 +48,7 @@ from continuous_test.template import server as template
 from continuous_test.verdict import timeline
 from continuous_test.verdict.merge import Verdict, merge
 from continuous_test.verdict.text import prefix_lines
-from continuous_test.wire import messages
+from continuous_test.wire import files, messages
 from continuous_test.wire.messages import InitFailed, Ready, RunTest, Shutdown, Stacks, TestDone, shared_temp_dir
 from continuous_test.wire.outcome import FaultKind, RankFault, RankOutcome, exit_description
 
@@ -177,7 +177,7 @@ class World:
         """Start all ranks and wait until each joined the process group."""
         self._require("start", WorldState.NEW, WorldState.STOPPED, WorldState.BROKEN)
         began = time.monotonic()
-        self.dir = tempfile.mkdtemp(prefix=f"world-{self.cls.__name__}-", dir=template.private_dir())
+        self.dir = tempfile.mkdtemp(prefix=f"world-{files.name_part(self.cls.__name__, 100)}-", dir=template.private_dir())
         self._reinit = None
         self.starts += 1
         began = time.monotonic()

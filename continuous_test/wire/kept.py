@@ -20,13 +20,13 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
-import re
 import secrets
 import shutil
 import stat
 import tempfile
 from typing import Optional
 
+from continuous_test.wire import files
 from continuous_test.wire.env import ENV_KEEP_OUTPUT, parse_switch
 
 __all__ = ["planned", "directory", "use", "save"]
@@ -68,16 +68,26 @@ def use(path: Optional[str]) -> None:
         _dir = path
 
 
-def save(text: str, name: str) -> str:
-    """Write ``text`` whole to a new file named after ``name`` in this run's directory; its path."""
-    name = re.sub(r"[^\w.-]", "_", name)[:150]
-    path = os.path.join(directory(), name)
+def save(text: str, name: str, suffix: str = "") -> str:
+    """Write ``text`` whole to a new file named after ``name`` (a test's id, an exception's class),
+    ending in ``suffix``, in this run's directory; its path.
+
+    The name is cut to fit the file system's limit in bytes (``wire/files.name_part``), however
+    long the test's or class's name is and whatever its characters.
+    """
+    ending = files.name_part(suffix, _ROOM)
+    stem = files.name_part(name, files.MAX_NAME_BYTES - _ROOM - len(ending.encode("utf-8")))
+    path = os.path.join(directory(), stem + ending)
     if os.path.exists(path):  # the same name again (a rerun): a new file, the first one kept
-        path = f"{path}.{os.getpid()}.{next(_serial)}"
+        path = os.path.join(directory(), f"{stem}.{os.getpid()}.{next(_serial)}{ending}")
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8",
               errors="backslashreplace") as f:
         f.write(text)
     return path
+
+
+# Bytes of a kept file's name left for its suffix and for the ".PID.N" of a second file of the same name.
+_ROOM = 40
 
 
 def _remove(path: str) -> None:
