@@ -491,10 +491,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
             yield
             return
         from continuous_test import config as ct_config
+        from continuous_test import functions
 
+        # A @distributed function's reports name pytest's own id of the call (test_lr[0.1]).
+        is_function = getattr(item, "cls", None) is None and _test_class(item) is not None
+        functions.use_pytest_id(item.name if is_function else None)
         with ct_config.overridden(overrides):
             yield
     finally:
+        if overrides is not None:
+            from continuous_test import functions
+
+            functions.use_pytest_id(None)
         ahead.set_pytest_next(None)
         run_log.log().end(item.nodeid, item.stash.get(_OUTCOME, "unknown"))
         _stop_if_interrupted(item.session)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from continuous_test import config
+from continuous_test._role import world_name
 from continuous_test.wire import files
 
 __all__ = [
@@ -142,12 +143,13 @@ class RunLog:
     # -- worlds ----------------------------------------------------------------------
 
     def _new_lane(self, cls: type, world_size: int, kind: str, for_test: Optional[str] = None) -> _Lane:
-        name = cls.__qualname__
+        name = world_name(cls)
         key = f"{name}/{kind}"
         self._count[key] = self._count.get(key, 0) + 1
         suffix = "" if kind == "shared" else f" ({kind})"
         number = self._count[key]
-        lane = _Lane(f"{name}{suffix}" + (f" #{number}" if number > 1 else ""), name, world_size, kind, for_test)
+        lane = _Lane(f"{name}{suffix}" + (f" #{number}" if number > 1 else ""), cls.__qualname__, world_size, kind,
+                     for_test)
         self.lanes.append(lane)
         return lane
 
