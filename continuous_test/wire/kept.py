@@ -4,7 +4,7 @@ A report shows a bounded part of a rank's output (``controller/output.py``)
 and of a rank's exception message and traceback (``wire/outcome.py``); the
 whole text goes to one private (0700) directory per run, as a 0600 file whose
 path the report names.  The directory is removed when the process that made it
-exits, unless ``CONTINUOUS_TEST_KEEP_OUTPUT=1`` keeps it (an empty one is
+exits (at its exit, or when SIGTERM ends it), unless ``CONTINUOUS_TEST_KEEP_OUTPUT=1`` keeps it (an empty one is
 removed anyway).
 
 The controller names the directory and hands the name to its ranks
@@ -22,6 +22,7 @@ import itertools
 import os
 import secrets
 import shutil
+import signal
 import stat
 import tempfile
 from typing import Optional
@@ -46,7 +47,36 @@ def planned() -> str:
         token = secrets.token_hex(6)
         _dir = os.path.join(tempfile.gettempdir(), f"continuous_test-output-{os.getpid()}-{token}")
         atexit.register(_remove, _dir)
+        _remove_on_sigterm(_dir)
     return _dir
+
+
+def _remove_on_sigterm(path: str) -> None:
+    """SIGTERM ends a process without its atexit handlers: remove ``path`` then, and end by SIGTERM.
+
+    Only where SIGTERM has its default action (a handler of the program's own is left alone) and
+    only in this process: a process forked from it (the template, its ranks) starts with the
+    default action again, so that SIGTERM still ends a rank stuck in C code at once.
+    """
+    owner = os.getpid()
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        if os.getpid() == owner:
+            _remove(path)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def in_child() -> None:
+        if signal.getsignal(signal.SIGTERM) is on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    try:
+        if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+            return
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread: signal handlers are the main thread's to set
+        return
+    os.register_at_fork(after_in_child=in_child)
 
 
 def directory() -> str:
