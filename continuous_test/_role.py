@@ -34,6 +34,8 @@ __all__ = [
     "RANK_CLASS_ATTR",
     "FUNCTION_CLASS_ATTR",
     "rank_class_of",
+    "WORLD_NAME_ATTR",
+    "world_name",
     "IN_PROCESS_ATTR",
     "runs_in_one_process",
 ]
@@ -49,6 +51,8 @@ IN_PROCESS_ATTR = "_ct_in_process"
 _IN_PROCESS_MARK = "_get_local_tensor_mode"
 # On a @distributed function: the hidden class that runs it in ranks.
 FUNCTION_CLASS_ATTR = "__continuous_test_class__"
+# On that hidden class (``_DistributedFunctions_2``): what reports call its world instead.
+WORLD_NAME_ATTR = "_ct_world_name"
 
 
 class ProcessRole(enum.Enum):
@@ -106,6 +110,12 @@ def rank_class_of(obj: Any) -> Optional[type]:
         return obj if getattr(obj, RANK_CLASS_ATTR, False) else None
     cls = getattr(obj, FUNCTION_CLASS_ATTR, None)
     return cls if isinstance(cls, type) else None
+
+
+def world_name(cls: type) -> str:
+    """What reports call the world of ``cls``: its name, or for the hidden class of a module's
+    ``@distributed`` functions what the user wrote (``@distributed(world_size=2) functions of test_x``)."""
+    return cls.__dict__.get(WORLD_NAME_ATTR) or cls.__qualname__
 
 
 def runs_in_one_process(cls: type) -> bool:

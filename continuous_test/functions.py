@@ -24,7 +24,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, Union
 
 from continuous_test import _role, config, sizes
-from continuous_test._role import FUNCTION_CLASS_ATTR, ProcessRole
+from continuous_test._role import FUNCTION_CLASS_ATTR, WORLD_NAME_ATTR, ProcessRole
 from continuous_test.case import MultiProcContinuousTest
 from continuous_test.launched.detect import detect
 from continuous_test.verdict import replay
@@ -103,8 +103,10 @@ def _class_for(module: Any, world_size: int, backend: Optional[str]) -> type:
     name = f"_DistributedFunctions_{world_size}" + (f"_{backend}" if backend else "")
     cls = module.__dict__.get(name)
     if cls is None:
+        shown = f"@distributed(world_size={world_size}" + (f", backend={backend!r}" if backend else "")
         namespace: Dict[str, Any] = {"world_size": world_size, "__module__": module.__name__,
-                                     "__qualname__": name, "__test__": False}
+                                     "__qualname__": name, "__test__": False,
+                                     WORLD_NAME_ATTR: f"{shown}) functions of {module.__name__}"}
         if backend is not None:
             namespace["backend_str"] = classmethod(lambda c: backend)
         cls = type(name, (MultiProcContinuousTest,), namespace)
@@ -122,8 +124,19 @@ def function_classes(module: Any) -> List[type]:
     return [v for k, v in vars(module).items() if k.startswith("_DistributedFunctions_") and isinstance(v, type)]
 
 
+# The id pytest gave the test it is running (``test_lr[0.1]``), set by the pytest plugin around
+# each distributed test: what reports name a function's call by.  None outside pytest.
+_pytest_id: Optional[str] = None
+
+
+def use_pytest_id(test_id: Optional[str]) -> None:
+    """Name the next calls of @distributed functions ``test_id`` (pytest's own id), until None."""
+    global _pytest_id
+    _pytest_id = test_id
+
+
 def _verdict(cls: type, name: str, kwargs: Dict[str, Any]) -> Verdict:
-    test_id = f"{name}[{', '.join(f'{k}={v!r}' for k, v in kwargs.items())}]" if kwargs else name
+    test_id = _pytest_id or (f"{name}[{', '.join(f'{k}={v!r}' for k, v in kwargs.items())}]" if kwargs else name)
     _check_picklable(test_id, kwargs)
     role = _role.current_role()
     if role is ProcessRole.RANK:

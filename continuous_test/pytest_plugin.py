@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import warnings
 from typing import Any, List, Optional
 
 import _pytest.python as _pytest_python  # pytest's own: the parametrization a repeated run extends
@@ -183,6 +184,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _export_launch()
         _device_limits(config)
         config.stash[_SHARDING] = sharding = _sharding(config)
+        config.stash[_REPORTS] = _checked_report_paths(config)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     if not hasattr(config, "workerinput"):  # the controller sees every report, xdist workers' too
@@ -489,10 +491,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
             yield
             return
         from continuous_test import config as ct_config
+        from continuous_test import functions
 
+        # A @distributed function's reports name pytest's own id of the call (test_lr[0.1]).
+        is_function = getattr(item, "cls", None) is None and _test_class(item) is not None
+        functions.use_pytest_id(item.name if is_function else None)
         with ct_config.overridden(overrides):
             yield
     finally:
+        if overrides is not None:
+            from continuous_test import functions
+
+            functions.use_pytest_id(None)
         ahead.set_pytest_next(None)
         run_log.log().end(item.nodeid, item.stash.get(_OUTCOME, "unknown"))
         _stop_if_interrupted(item.session)
@@ -626,18 +636,33 @@ def _note_outcome(item: pytest.Item, when: str, report: pytest.TestReport) -> No
         item.stash[_OUTCOME] = "passed"
 
 
-def _report_paths(config: pytest.Config) -> tuple:
+_REPORTS = pytest.StashKey[tuple]()
+
+
+def _checked_report_paths(config: pytest.Config) -> tuple:
+    """(path, where it came from) of the JSON report and of the page: --ct-report and --ct-report-html,
+    else CONTINUOUS_TEST_REPORT and CONTINUOUS_TEST_REPORT_HTML.  In the process that writes them,
+    a path that cannot be written is a ConfigError now, and each is made absolute (a test's chdir
+    does not move it)."""
+    from continuous_test.wire import files
     from continuous_test.wire.env import ENV_REPORT, ENV_REPORT_HTML
 
-    return (config.getoption("ct_report") or os.environ.get(ENV_REPORT),
-            config.getoption("ct_report_html") or os.environ.get(ENV_REPORT_HTML))
+    found = []
+    for name, variable in (("ct_report", ENV_REPORT), ("ct_report_html", ENV_REPORT_HTML)):
+        value = config.getoption(name)
+        source = f"the --{name.replace('_', '-')} option" if value else f"the {variable} environment variable"
+        value = value or os.environ.get(variable)
+        if value and not hasattr(config, "workerinput"):  # an xdist worker hands its part to the main process
+            value = files.check(value, source)
+        found.append((value or None, source))
+    return tuple(found)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write the run report: an xdist worker hands its part to the main process, which writes them all."""
     config = session.config
-    json_path, html_path = _report_paths(config)
+    (json_path, json_source), (html_path, html_source) = config.stash.get(_REPORTS, ((None, ""), (None, "")))
     from continuous_test import _role
 
     if not json_path and not html_path or _role.rank():  # under a launcher, rank 0 writes it
@@ -652,7 +677,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
     parts: list = config.stash.get(_PARTS, [])
     sharding = config.stash.get(_SHARDING, None)
-    write_reports(json_path, html_path, parts, sharding.repeat_counts() if sharding is not None else {})
+    # A file that cannot be written now is a warning: the session's verdicts and its summary stand.
+    write_reports(json_path, html_path, parts, sharding.repeat_counts() if sharding is not None else {},
+                  sources=(json_source, html_source), on_error=_not_written)
+
+
+def _not_written(message: str) -> None:
+    warnings.warn(pytest.PytestWarning(message), stacklevel=2)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -813,6 +844,10 @@ def _sharding(config: pytest.Config) -> _Sharding:
     durations = shard.durations_path(config.getoption("ct_durations"), root)
     store = config.getoption("ct_store_durations")
     stored = None if store is None else (shard.durations_path(store, root) if store else durations)
+    if stored is not None and not hasattr(config, "workerinput"):  # the main process writes it, at the end
+        from continuous_test.wire import files
+
+        stored = files.check(stored, "the --ct-store-durations option")
     count = config.getoption("ct_repeat")
     repeat = (ct_config.parse_positive_int(count, "repeat count", "the --ct-repeat option") if count is not None
               else ct_config.repeat_count())
@@ -1031,10 +1066,16 @@ class _Recorder:
             return
         from continuous_test.controller.shard import Durations
 
-        try:
-            stored = Durations.load(sharding.store)
-        except ValueError:  # unreadable: written again from this run alone
-            stored = Durations()
+        stored = Durations()
+        if os.path.isfile(sharding.store):  # not a FIFO's or a device's: reading one would wait or read nothing
+            try:
+                stored = Durations.load(sharding.store)
+            except ValueError:  # unreadable: written again from this run alone
+                pass
         stored.update(Durations({k: round(v, 4) for k, v in sharding.test_seconds.items()},
                                 {k: round(v, 4) for k, v in sharding.world_seconds.items()}))
-        stored.save(sharding.store)
+        try:
+            stored.save(sharding.store)
+        except OSError as exc:  # the session's verdicts and its summary stand
+            _not_written(f"continuous_test: the durations for the --ct-store-durations option were not written "
+                         f"to {sharding.store!r}: {exc.strerror or exc}")

@@ -25,6 +25,9 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from continuous_test.verdict.text import short_test_name
+from continuous_test.wire import files
+
 __all__ = ["render", "write", "main", "TITLE"]
 
 TITLE = "continuous_test run"
@@ -79,10 +82,7 @@ def _first_events(report: Dict[str, Any]) -> List[float]:
 
 def write(report: Dict[str, Any], path: str) -> None:
     """Write the page for ``report`` to ``path``."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as stream:
-        stream.write(render(report))
+    files.write_text(path, render(report))
 
 
 # -- the lanes ------------------------------------------------------------------------
@@ -203,7 +203,7 @@ def _bar(run: Dict[str, Any], x: Any, y: int, label_end: float) -> Tuple[str, fl
     parts = [f'<g class="run {_e(outcome)} {_e(purpose)}" data-test="{_e(run["test"])}" '
              f'data-ranks="{",".join(map(str, ranks))}"><title>{_e(tip)}</title>',
              f'<rect x="{sx:.1f}" y="{by:.1f}" width="{w:.1f}" height="{BAR_HEIGHT}" rx="2" fill="{colour}"{dash}/>']
-    name = _short(run["test"])
+    name = short_test_name(run["test"])
     if w > 7 * len(name):
         parts.append(f'<text class="bar-label" x="{sx + 3:.1f}" y="{by + 13:.1f}">{_e(name)}</text>')
     label = ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
@@ -222,7 +222,7 @@ def _kind_words(world: Dict[str, Any]) -> str:
         return "tests without ranks"
     size = f"{world['world_size']} ranks"
     if kind == "replay":
-        return f"{size}, rerun/bisect of {_short(world.get('for_test') or '')}"
+        return f"{size}, rerun/bisect of {short_test_name(world.get('for_test') or '')}"
     starts = len(world.get("starts", []))
     if kind == "fresh":
         return f"{size}, fresh per test ({starts})"
@@ -277,11 +277,6 @@ def _table(report: Dict[str, Any], start: float) -> str:
         rows.append(f'<tr class="{_e(test["outcome"])}" data-test="{_e(test["id"])}">{tds}</tr>')
     rows.append("</table>")
     return "\n".join(rows)
-
-
-def _short(test_id: str) -> str:
-    """A test's name without its file and class (pytest's node id, or unittest's id)."""
-    return test_id.rsplit("::", 1)[-1].rsplit(".", 1)[-1]
 
 
 def _cut(text: str, limit: int) -> str:

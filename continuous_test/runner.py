@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import unittest
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from continuous_test import config
 from continuous_test._role import rank_class_of
@@ -154,6 +154,9 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
 
         server.prepare()  # fork the rank template now, before any test ran
     runner = _SilentRunner if silent else ContinuousTestRunner
+    # Checked and made absolute now: a bad path is a usage error before any test runs, and a test
+    # that changes the working directory does not move the report.
+    reports = {} if silent else _report_paths()
     loader = unittest.TestLoader()
     seed = config.shuffle_seed()
     if seed is not None:
@@ -165,15 +168,48 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
         sys.exit(EXIT_INTERRUPTED)
     finally:
         if not silent:
-            write_reports(os.environ.get(ENV_REPORT), os.environ.get(ENV_REPORT_HTML))
+            write_reports(reports.get(ENV_REPORT), reports.get(ENV_REPORT_HTML), sources=_SOURCES, on_error=_warn)
     sys.exit(0 if program.result.wasSuccessful() else 1)
 
 
+# Where run_tests() takes each report's path from, as a message names it.
+_SOURCES = (f"the {ENV_REPORT} environment variable", f"the {ENV_REPORT_HTML} environment variable")
+# The message of a report that could not be written at the end; the run's verdicts stand.
+NOT_WRITTEN = "continuous_test: the run report for {source} was not written to {path!r}: {why}"
+USAGE = "continuous_test: usage error: {error}"
+
+
+def _report_paths() -> Dict[str, str]:
+    """CONTINUOUS_TEST_REPORT and CONTINUOUS_TEST_REPORT_HTML, checked and absolute; a bad one exits 2."""
+    from continuous_test.errors import ConfigError
+    from continuous_test.wire import files
+
+    found = {}
+    for variable, source in zip((ENV_REPORT, ENV_REPORT_HTML), _SOURCES):
+        value = os.environ.get(variable)
+        if value:
+            try:
+                found[variable] = files.check(value, source)
+            except ConfigError as exc:
+                print(USAGE.format(error=exc), file=sys.stderr)
+                sys.exit(2)
+    return found
+
+
+def _warn(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 def write_reports(json_path: Optional[str], html_path: Optional[str], parts: Sequence[dict] = (),
-                  repeats: Optional[Dict[str, dict]] = None) -> None:
+                  repeats: Optional[Dict[str, dict]] = None, sources: Sequence[str] = ("the JSON report",
+                                                                                     "the HTML report"),
+                  on_error: Optional[Callable[[str], None]] = None) -> None:
     """Write this process's run report (merged with ``parts``, xdist's workers') as JSON and/or HTML.
 
     ``repeats`` gives each repeated run's test counts (test id -> ``{"runs", "passed"}``, ``--ct-repeat``).
+    With ``on_error``, a file that cannot be written is a message to it (naming the file's source,
+    from ``sources``: the option or variable it came from), and the other file is still written;
+    without, the ``OSError`` is raised.
 
     Called at the end of a run by ``run_tests()`` (``CONTINUOUS_TEST_REPORT``,
     ``CONTINUOUS_TEST_REPORT_HTML``) and by the pytest plugin (``--ct-report``,
@@ -186,12 +222,17 @@ def write_reports(json_path: Optional[str], html_path: Optional[str], parts: Seq
     report = run_log.merge([run_log.log().as_dict(), *parts])
     for test in report["tests"]:
         test["repeat"] = (repeats or {}).get(test["id"], test["repeat"])
-    if json_path:
-        run_log.write(report, json_path)
-    if html_path:
-        from continuous_test import report_html
+    from continuous_test import report_html
 
-        report_html.write(report, html_path)
+    for path, source, write in ((json_path, sources[0], run_log.write), (html_path, sources[1], report_html.write)):
+        if not path:
+            continue
+        try:
+            write(report, path)
+        except OSError as exc:
+            if on_error is None:
+                raise
+            on_error(NOT_WRITTEN.format(source=source, path=path, why=exc.strerror or exc))
 
 
 def _runs_in_ranks(module: Any) -> bool:

@@ -201,3 +201,30 @@ def test_ctrl_c_during_a_rerun_keeps_the_failure_already_known(runner, cls, fail
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def test_sigterm_to_the_controller_removes_the_whole_texts_it_kept(tmp_path):
+    # test_terminated.py keeps a rank's big output whole, then waits: SIGTERM ends the controller
+    # (killed by the signal, as by default), and neither the kept texts' directory nor anything
+    # else is left in TMPDIR.
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = helpers.scenario_env({"STAMP_DIR": str(tmp_path), "TMPDIR": str(tmpdir), **helpers.QUIET})
+    proc = subprocess.Popen([sys.executable, "test_terminated.py"], cwd=helpers.SCENARIOS, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "waiting").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        kept = [name for name in os.listdir(tmpdir) if name.startswith("continuous_test-output-")]
+        assert len(kept) == 1 and os.listdir(tmpdir / kept[0]), os.listdir(tmpdir)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGTERM, err
+    deadline = time.monotonic() + LEAK_BOUND
+    while os.listdir(tmpdir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.listdir(tmpdir) == [], err

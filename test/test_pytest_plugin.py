@@ -59,9 +59,30 @@ def test_junitxml_records_failing_ranks(functions):
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
     props = {p.get("name"): p.get("value") for p in cases["test_fails_on_rank_1"].iter("property")}
     # The other diagnoses (test_run_report.py reads them back) come with it.
-    assert props["failing_ranks"] == "1" and props["world"].startswith("_DistributedFunctions")
+    assert props["failing_ranks"] == "1" and props["world"] == "@distributed(world_size=2) functions of test_functions"
     assert cases["test_fails_on_rank_1"].find("failure") is not None
     assert cases["test_all_reduce"].find("failure") is None
+
+
+@pytest.mark.world
+def test_ids_with_a_dot_are_named_whole_and_as_pytest_names_them(tmp_path):
+    # test_dotted_ids.py: ids test_lr[0.1], test_dtype[torch.float32] and a fixture's test_scale[3.0],
+    # each failing on rank 1 after a test that passed: the failure's head, the rerun-and-bisect note,
+    # the page and JUnit name pytest's own id, whole, and the module's world of @distributed functions
+    # as the user wrote them, never the hidden class _DistributedFunctions_2.
+    page, junit = tmp_path / "run.html", tmp_path / "junit.xml"
+    proc = helpers.pytest("test_dotted_ids.py", f"--ct-report-html={page}", f"--junitxml={junit}",
+                          env={**helpers.BISECT_ON, "CONTINUOUS_TEST_GRACE": "1"})
+    assert pytest_counts(proc.stdout) == {"failed": 3, "passed": 1}, describe(proc)
+    html = page.read_text()
+    for test in ("test_lr[0.1]", "test_dtype[torch.float32]", "test_scale[3.0]"):
+        assert f"AssertionError: {test} failed on rank 1 of 2 (rank 0 passed)" in proc.stdout, describe(proc)
+        assert f"\n      {test} fails alone as well" in proc.stdout, describe(proc)
+        assert f"rerun/bisect of {test}<" in html, html
+    world = "@distributed(world_size=2) functions of test_dotted_ids"
+    worlds = {p.get("value") for p in ET.parse(junit).getroot().iter("property") if p.get("name") == "world"}
+    assert worlds == {world} and world in html, worlds
+    assert "_DistributedFunctions" not in proc.stdout + html and "lr=0.1" not in proc.stdout, describe(proc)
 
 
 @pytest.mark.world

@@ -413,3 +413,27 @@ def test_docs_reports_page_shows_a_current_capture_of_each_kind_within_60_lines(
     # unittest, pytest, xdist, torchrun with one rank failing, torchrun with every rank hung.
     proc = helpers.run([sys.executable, str(helpers.ROOT / "docs" / "capture_reports.py"), "--check"], timeout=600)
     assert proc.returncode == 0, describe(proc)
+
+
+@pytest.mark.world
+def test_long_non_ascii_names_are_cut_by_bytes_and_their_texts_kept():
+    # test_long_names.py: a CJK test name of 324 bytes whose big output is kept, an accented exception
+    # class of 315 bytes whose big message is kept, a CJK class of 360 bytes that names its world's
+    # directory.  Each file name fits 255 bytes; no rank dies and every verdict is the rank's own.
+    proc = helpers.python("test_long_names.py", env={**helpers.QUIET, "CONTINUOUS_TEST_KEEP_OUTPUT": "1"})
+    kept = re.findall(r"the whole output of rank 1: (\S+)", proc.stderr)
+    kept += re.findall(r"the whole traceback and message: (\S+)\) \.\.\.", proc.stderr)
+    try:
+        assert unittest_counts(proc.stderr) == {"ran": 3, "failures": 1, "errors": 1}, describe(proc)
+        assert "rank 1 fails after a big output" in proc.stderr and "died" not in proc.stderr, describe(proc)
+        assert "failed on ranks 0, 1 of 2" in proc.stderr and "fin du message" in proc.stderr, describe(proc)
+        assert "File name too long" not in proc.stderr and len(set(kept)) == 3, describe(proc)
+        for path in set(kept):
+            assert len(os.path.basename(path).encode()) <= 255 and os.path.getsize(path) > 5_000, path
+        assert any("分布式测试" in path and path.endswith(".rank1.log") for path in kept), kept
+        assert sum("Échecé" in path and path.endswith(".txt") for path in set(kept)) == 2, kept
+    finally:
+        import shutil
+
+        for folder in {os.path.dirname(path) for path in kept}:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -11,9 +11,11 @@ import copy
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
@@ -361,3 +363,101 @@ def test_repeat_counts_reach_the_report_and_each_run_is_a_junit_property(tmp_pat
     assert repeats == [{"runs": 3, "passed": 3}] * 3, found["tests"]
     runs = sorted(p.get("value") for p in ET.parse(junit).getroot().iter("property") if p.get("name") == "repeat")
     assert runs == ["repeat-1of3", "repeat-2of3", "repeat-3of3"], runs
+
+
+# -- where the files go (wire/files.py) ---------------------------------------------------
+
+
+def _fifo_reader(path: Path) -> tuple:
+    os.mkfifo(path)
+    read: list = []
+    reader = threading.Thread(target=lambda: read.append(path.read_text()), daemon=True)
+    reader.start()
+    return reader, read
+
+
+@pytest.mark.world
+def test_pytest_writes_through_a_link_into_a_fifo_and_dev_null_and_replaces_none(tmp_path):
+    # --ct-report through a link (the link kept), --ct-report-html into a FIFO that a thread reads,
+    # --ct-store-durations and --junitxml into /dev/null, which stays the device it was.
+    target, link = tmp_path / "kept" / "run.json", tmp_path / "run.json"
+    target.parent.mkdir()
+    link.symlink_to(target)
+    reader, read = _fifo_reader(tmp_path / "page.fifo")
+    proc = helpers.pytest("test_basic.py", "-k", "test_sum", f"--ct-report={link}",
+                          f"--ct-report-html={tmp_path / 'page.fifo'}", "--ct-store-durations=/dev/null",
+                          "--junitxml=/dev/null", env=helpers.QUIET)
+    reader.join(30)
+    assert pytest_counts(proc.stdout) == {"passed": 1, "deselected": 4}, describe(proc)
+    assert stat.S_ISCHR(os.lstat(os.devnull).st_mode) and stat.S_ISCHR(os.lstat("/dev/full").st_mode)
+    assert link.is_symlink() and os.readlink(link) == str(target), describe(proc)
+    assert_valid(json.loads(target.read_text()))
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "page.fifo").st_mode) and "test_sum" in read[0], describe(proc)
+
+
+@pytest.mark.world
+def test_run_tests_writes_into_dev_null_and_through_a_link_from_where_it_started(tmp_path):
+    # CONTINUOUS_TEST_REPORT=/dev/null stays a device; a relative page path is where the run started,
+    # though a test changed the controller's working directory; the link to it is kept.
+    elsewhere, started = tmp_path / "elsewhere", tmp_path / "started"
+    elsewhere.mkdir(), started.mkdir()
+    (started / "page.html").symlink_to(tmp_path / "page.html")
+    proc = helpers.python(str(helpers.SCENARIOS / "test_report_paths.py"), cwd=started,
+                          env={ENV_REPORT: os.devnull, ENV_REPORT_HTML: "page.html", "CHDIR_TO": str(elsewhere),
+                               **helpers.QUIET})
+    assert unittest_counts(proc.stderr) == {"ran": 3, "failures": 1}, describe(proc)
+    assert stat.S_ISCHR(os.lstat(os.devnull).st_mode)
+    assert (started / "page.html").is_symlink() and "test_fails_on_rank_1" in (tmp_path / "page.html").read_text()
+    assert os.listdir(elsewhere) == [], describe(proc)
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("runner", ["pytest", "python"])
+@pytest.mark.parametrize("bad", ["/proc/version/x.json", "{tmp}"])
+def test_a_report_path_that_cannot_be_written_is_a_usage_error_before_any_test(tmp_path, runner, bad):
+    bad = bad.format(tmp=tmp_path)
+    if runner == "pytest":
+        proc = helpers.pytest("test_report_paths.py", f"--ct-report={bad}")
+        source, code = "the --ct-report option", pytest.ExitCode.USAGE_ERROR
+    else:
+        proc = helpers.python("test_report_paths.py", env={ENV_REPORT_HTML: bad})
+        source, code = f"the {ENV_REPORT_HTML} environment variable", 2
+    why = "it is a directory" if bad == str(tmp_path) else "/proc/version is not a directory"
+    assert f"{source}: cannot write {bad!r}: {why}" in proc.stderr, describe(proc)
+    assert proc.returncode == code and "Traceback" not in proc.stderr + proc.stdout, describe(proc)
+    assert "test_fails_on_rank_1" not in proc.stdout + proc.stderr, describe(proc)
+
+
+def _broken_at_the_end(tmp_path: Path) -> tuple:
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    return folder / "run.json", {"BREAK_DIR": str(folder), **helpers.QUIET}
+
+
+@pytest.mark.world
+def test_a_report_that_cannot_be_written_at_the_end_leaves_pytests_summary(tmp_path):
+    report, env = _broken_at_the_end(tmp_path)
+    proc = helpers.pytest("test_report_paths.py", f"--ct-report={report}", "-rf", env=env)
+    assert pytest_counts(proc.stdout) == {"failed": 1, "passed": 2}, describe(proc)
+    assert "= FAILURES =" in proc.stdout and "short test summary info" in proc.stdout, describe(proc)
+    assert f"the run report for the --ct-report option was not written to {str(report)!r}" in proc.stdout, describe(proc)
+    assert "NotADirectoryError" not in proc.stdout + proc.stderr and proc.returncode == 1, describe(proc)
+
+
+@pytest.mark.e2e
+def test_a_report_that_cannot_be_written_at_the_end_leaves_the_summary_under_xdist(tmp_path):
+    report, env = _broken_at_the_end(tmp_path)
+    proc = helpers.pytest("test_report_paths.py", "-n", "2", f"--ct-report={report}", "-rf", env=env)
+    assert pytest_counts(proc.stdout) == {"failed": 1, "passed": 2}, describe(proc)
+    assert "= FAILURES =" in proc.stdout and "short test summary info" in proc.stdout, describe(proc)
+    assert "--ct-report option was not written" in proc.stdout and proc.returncode == 1, describe(proc)
+
+
+@pytest.mark.world
+def test_a_report_that_cannot_be_written_at_the_end_leaves_unittests_summary(tmp_path):
+    report, env = _broken_at_the_end(tmp_path)
+    proc = helpers.python("test_report_paths.py", env={ENV_REPORT: str(report), **env})
+    assert unittest_counts(proc.stderr) == {"ran": 3, "failures": 1} and proc.returncode == 1, describe(proc)
+    assert "rank 1 fails here" in proc.stderr and "Traceback (most recent call last)" in proc.stderr
+    assert (f"the run report for the {ENV_REPORT} environment variable was not written to {str(report)!r}"
+            in proc.stderr), describe(proc)

@@ -27,6 +27,7 @@ from continuous_test.controller.watch import Goal, Waited, Watch
 from continuous_test.template import server as template
 from continuous_test.verdict import timeline
 from continuous_test.verdict.merge import Verdict, judge_endings
+from continuous_test.wire import files
 from continuous_test.wire.messages import ClassSettings, RankKind, TestDone
 from continuous_test.wire.outcome import ExpectedExit, RankEnding, RankOutcome
 
@@ -128,7 +129,7 @@ _started: Dict[type, int] = {}
 
 def test_dir(cls: type) -> str:
     """A new private directory for one test of ``cls``: its rendezvous, logs and records."""
-    return tempfile.mkdtemp(prefix=f"test-{cls.__name__}-", dir=template.private_dir())
+    return tempfile.mkdtemp(prefix=f"test-{files.name_part(cls.__name__, 100)}-", dir=template.private_dir())
 
 
 def start(cls: type, method: str, world_size: Any, world_dir: str, rendezvous: str) -> FreshRanks:

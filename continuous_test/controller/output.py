@@ -46,4 +46,4 @@ def _cut(line: str) -> str:
 
 def _save(text: str, test: str, rank: int) -> str:
     """Write the whole output to this run's directory of whole texts; its path."""
-    return kept.save(text, f"{test}.rank{rank}.log")
+    return kept.save(text, test, f".rank{rank}.log")

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from continuous_test import config
+from continuous_test._role import world_name
+from continuous_test.wire import files
 
 __all__ = [
     "VERSION",
@@ -141,12 +143,13 @@ class RunLog:
     # -- worlds ----------------------------------------------------------------------
 
     def _new_lane(self, cls: type, world_size: int, kind: str, for_test: Optional[str] = None) -> _Lane:
-        name = cls.__qualname__
+        name = world_name(cls)
         key = f"{name}/{kind}"
         self._count[key] = self._count.get(key, 0) + 1
         suffix = "" if kind == "shared" else f" ({kind})"
         number = self._count[key]
-        lane = _Lane(f"{name}{suffix}" + (f" #{number}" if number > 1 else ""), name, world_size, kind, for_test)
+        lane = _Lane(f"{name}{suffix}" + (f" #{number}" if number > 1 else ""), cls.__qualname__, world_size, kind,
+                     for_test)
         self.lanes.append(lane)
         return lane
 
@@ -321,14 +324,9 @@ def merge(parts: List[dict]) -> dict:
 
 
 def write(report: dict, path: str) -> None:
-    """Write ``report`` to ``path`` as JSON (through a temporary file, so a reader never sees half of it)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    temporary = f"{path}.tmp{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as stream:
-        json.dump(report, stream, indent=1, sort_keys=True)
-        stream.write("\n")
-    os.replace(temporary, path)
+    """Write ``report`` to ``path`` as JSON (``wire/files.write_text``: a reader never sees half of a
+    regular file; a device, a FIFO or a link's target is written in place of being replaced)."""
+    files.write_text(path, json.dumps(report, indent=1, sort_keys=True) + "\n")
 
 
 _LOG = RunLog()

@@ -43,11 +43,11 @@ import hashlib
 import json
 import os
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from continuous_test.errors import ConfigError
+from continuous_test.wire import files
 from continuous_test.wire.env import ENV_DURATIONS, ENV_SHARD
 
 __all__ = [
@@ -163,22 +163,11 @@ class Durations:
         return cls(_seconds(data, "tests", path), _seconds(data, "worlds", path))
 
     def save(self, path: str) -> None:
-        """Write the record to ``path`` at once (a temporary file renamed), sorted, so that diffs stay small."""
+        """Write the record to ``path`` at once (``wire/files.write_text``: a regular file through a temporary
+        file renamed, keeping its mode), sorted, so that diffs stay small."""
         data = {"version": DURATIONS_VERSION, "tests": dict(sorted(self.tests.items())),
                 "worlds": dict(sorted(self.worlds.items()))}
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, temporary = tempfile.mkstemp(prefix=".ct_durations.", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        try:  # a file to commit: the old file's mode, else what the umask gives a new file
-            mode = os.stat(path).st_mode & 0o777
-        except FileNotFoundError:
-            mask = os.umask(0)
-            os.umask(mask)
-            mode = 0o666 & ~mask
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
+        files.write_text(path, json.dumps(data, indent=1) + "\n")
 
     def update(self, other: "Durations") -> None:
         """Take ``other``'s records over this one's (a shard's run updates only its own tests)."""

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from continuous_test import config
+from continuous_test._role import world_name
 from continuous_test.controller import devices, output as rank_output, progress, run_log
 from continuous_test.controller.processes import RankProcess, kill_ranks, start_ranks
 from continuous_test.controller.watch import Goal, Waited, Watch
@@ -47,8 +48,8 @@ from continuous_test.errors import ConfigError, RankDiedError, WorldStartError
 from continuous_test.template import server as template
 from continuous_test.verdict import timeline
 from continuous_test.verdict.merge import Verdict, merge
-from continuous_test.verdict.text import prefix_lines
-from continuous_test.wire import messages
+from continuous_test.verdict.text import prefix_lines, short_test_name
+from continuous_test.wire import files, messages
 from continuous_test.wire.messages import InitFailed, Ready, RunTest, Shutdown, Stacks, TestDone, shared_temp_dir
 from continuous_test.wire.outcome import FaultKind, RankFault, RankOutcome, exit_description
 
@@ -100,7 +101,7 @@ class LateDeath:
     def describe(self, cls: type) -> str:
         """The sentence that reports it."""
         text = DIED_AFTER_LAST if self.last else DIED_BETWEEN
-        return text.format(rank=self.rank, cls=cls.__qualname__, how=exit_description(self.exitcode), test=self.test)
+        return text.format(rank=self.rank, cls=world_name(cls), how=exit_description(self.exitcode), test=self.test)
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class TestPlan:
 
     def short(self) -> str:
         """The test's name without its class, as the rerun-and-bisect note names it."""
-        return self.test_id.rsplit(".", 1)[-1]
+        return short_test_name(self.test_id)
 
 
 class World:
@@ -161,7 +162,7 @@ class World:
 
     def _require(self, action: str, *wanted: WorldState) -> None:
         if self.state not in wanted:
-            raise RuntimeError(WRONG_STATE.format(cls=self.cls.__qualname__, action=action,
+            raise RuntimeError(WRONG_STATE.format(cls=world_name(self.cls), action=action,
                                                   wanted=" or ".join(w.value for w in wanted), state=self.state.value))
 
     # -- starting -----------------------------------------------------------------
@@ -177,7 +178,7 @@ class World:
         """Start all ranks and wait until each joined the process group."""
         self._require("start", WorldState.NEW, WorldState.STOPPED, WorldState.BROKEN)
         began = time.monotonic()
-        self.dir = tempfile.mkdtemp(prefix=f"world-{self.cls.__name__}-", dir=template.private_dir())
+        self.dir = tempfile.mkdtemp(prefix=f"world-{files.name_part(self.cls.__name__, 100)}-", dir=template.private_dir())
         self._reinit = None
         self.starts += 1
         began = time.monotonic()
@@ -208,7 +209,7 @@ class World:
         return devices.lease_for(
             s.device_type, lambda size: devices.class_need(cls, s.world_size, s.device_type, s.backend,
                                                            unittest.defaultTestLoader.getTestCaseNames(cls), size),
-            f"{cls.__qualname__} (world of {s.world_size})", make_room=lambda: park_idle_worlds(self))
+            f"{world_name(cls)} (world of {s.world_size})", make_room=lambda: park_idle_worlds(self))
 
     def park(self) -> None:
         """Stop an idle world to give its devices to another world of this process; it starts again when needed."""
@@ -235,17 +236,17 @@ class World:
 
             raise unittest.SkipTest(message.skip_reason)
         error = message.error
-        text = START_FAILED.format(cls=self.cls.__qualname__, rank=handle.rank,
+        text = START_FAILED.format(cls=world_name(self.cls), rank=handle.rank,
                                    world_size=self.world_size, error=error.headline())
         raise WorldStartError(_with_details(text, error.traceback, handle.rank, output))
 
     def _start_died(self, handle: RankProcess) -> NoReturn:
-        text = START_DIED.format(cls=self.cls.__qualname__, rank=handle.rank, world_size=self.world_size,
+        text = START_DIED.format(cls=world_name(self.cls), rank=handle.rank, world_size=self.world_size,
                                  how="died with " + exit_description(handle.exitcode()))
         raise WorldStartError(_with_details(text, None, handle.rank, handle.read_output()))
 
     def _start_timed_out(self, missing: List[int], stacks: Dict[int, str]) -> NoReturn:
-        text = START_TIMEOUT.format(cls=self.cls.__qualname__, ranks=", ".join(map(str, missing)),
+        text = START_TIMEOUT.format(cls=world_name(self.cls), ranks=", ".join(map(str, missing)),
                                     world_size=self.world_size, seconds=self.start_timeout)
         for rank, stack in sorted(stacks.items()):
             text += f"\nrank {rank} stacks:\n{stack}"
@@ -427,7 +428,7 @@ class World:
             self._record_late_deaths(failed, last=True)
         if waited.faults:
             sys.stderr.write(NOT_STOPPED.format(ranks=", ".join(str(f.rank) for f in waited.faults),
-                                                cls=self.cls.__qualname__, seconds=self.shutdown_timeout) + "\n")
+                                                cls=world_name(self.cls), seconds=self.shutdown_timeout) + "\n")
 
 
 def _send_bytes(handle: RankProcess, payload: bytes) -> None:
@@ -526,7 +527,7 @@ def _again(error: BaseException, cls: type) -> BaseException:
 
     if isinstance(error, unittest.SkipTest):
         return unittest.SkipTest(*error.args)
-    copy = type(error)(f"{error}\n{NOT_RETRIED.format(cls=cls.__qualname__)}")
+    copy = type(error)(f"{error}\n{NOT_RETRIED.format(cls=world_name(cls))}")
     copy.__cause__ = error.__cause__
     return copy
 

@@ -6,6 +6,14 @@ One format of a rank list for every message (failures, leaks, timelines, heartbe
 from __future__ import annotations
 
 
+def short_test_name(test_id: str) -> str:
+    """A test's name without its file, module and class, as notes name it: ``test_lr[0.1]`` of
+    ``f.py::test_lr[0.1]``, ``test_x`` of ``Class.test_x``; a dot in its parameters (``[0.1]``,
+    ``[torch.float32]``, a fixture's ``[3.0]``) is part of the name."""
+    name, bracket, params = test_id.partition("[")
+    return name.rsplit("::", 1)[-1].rsplit(".", 1)[-1] + bracket + params
+
+
 def rank_list(ranks) -> str:
     """``rank 1``, ``ranks 0, 2`` or ``ranks 0-3`` (runs of three or more collapse)."""
     numbers = sorted(set(ranks))

@@ -4,7 +4,7 @@ A report shows a bounded part of a rank's output (``controller/output.py``)
 and of a rank's exception message and traceback (``wire/outcome.py``); the
 whole text goes to one private (0700) directory per run, as a 0600 file whose
 path the report names.  The directory is removed when the process that made it
-exits, unless ``CONTINUOUS_TEST_KEEP_OUTPUT=1`` keeps it (an empty one is
+exits (at its exit, or when SIGTERM ends it), unless ``CONTINUOUS_TEST_KEEP_OUTPUT=1`` keeps it (an empty one is
 removed anyway).
 
 The controller names the directory and hands the name to its ranks
@@ -20,13 +20,14 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
-import re
 import secrets
 import shutil
+import signal
 import stat
 import tempfile
 from typing import Optional
 
+from continuous_test.wire import files
 from continuous_test.wire.env import ENV_KEEP_OUTPUT, parse_switch
 
 __all__ = ["planned", "directory", "use", "save"]
@@ -46,7 +47,36 @@ def planned() -> str:
         token = secrets.token_hex(6)
         _dir = os.path.join(tempfile.gettempdir(), f"continuous_test-output-{os.getpid()}-{token}")
         atexit.register(_remove, _dir)
+        _remove_on_sigterm(_dir)
     return _dir
+
+
+def _remove_on_sigterm(path: str) -> None:
+    """SIGTERM ends a process without its atexit handlers: remove ``path`` then, and end by SIGTERM.
+
+    Only where SIGTERM has its default action (a handler of the program's own is left alone) and
+    only in this process: a process forked from it (the template, its ranks) starts with the
+    default action again, so that SIGTERM still ends a rank stuck in C code at once.
+    """
+    owner = os.getpid()
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        if os.getpid() == owner:
+            _remove(path)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def in_child() -> None:
+        if signal.getsignal(signal.SIGTERM) is on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    try:
+        if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+            return
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread: signal handlers are the main thread's to set
+        return
+    os.register_at_fork(after_in_child=in_child)
 
 
 def directory() -> str:
@@ -68,16 +98,26 @@ def use(path: Optional[str]) -> None:
         _dir = path
 
 
-def save(text: str, name: str) -> str:
-    """Write ``text`` whole to a new file named after ``name`` in this run's directory; its path."""
-    name = re.sub(r"[^\w.-]", "_", name)[:150]
-    path = os.path.join(directory(), name)
+def save(text: str, name: str, suffix: str = "") -> str:
+    """Write ``text`` whole to a new file named after ``name`` (a test's id, an exception's class),
+    ending in ``suffix``, in this run's directory; its path.
+
+    The name is cut to fit the file system's limit in bytes (``wire/files.name_part``), however
+    long the test's or class's name is and whatever its characters.
+    """
+    ending = files.name_part(suffix, _ROOM)
+    stem = files.name_part(name, files.MAX_NAME_BYTES - _ROOM - len(ending.encode("utf-8")))
+    path = os.path.join(directory(), stem + ending)
     if os.path.exists(path):  # the same name again (a rerun): a new file, the first one kept
-        path = f"{path}.{os.getpid()}.{next(_serial)}"
+        path = os.path.join(directory(), f"{stem}.{os.getpid()}.{next(_serial)}{ending}")
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8",
               errors="backslashreplace") as f:
         f.write(text)
     return path
+
+
+# Bytes of a kept file's name left for its suffix and for the ".PID.N" of a second file of the same name.
+_ROOM = 40
 
 
 def _remove(path: str) -> None:

@@ -99,7 +99,7 @@ class ErrorRecord:
         if formatted is None:
             formatted = "".join(traceback.format_exception(etype, exc, exc.__traceback__))
         message = _safe_str(exc)
-        whole = _Whole(formatted, f"{etype.__qualname__}.{os.getpid()}.txt")  # the traceback holds the message
+        whole = _Whole(formatted, etype.__qualname__, f".{os.getpid()}.txt")  # the traceback holds the message
         return cls(
             type_module=etype.__module__,
             type_qualname=etype.__qualname__,
@@ -337,14 +337,14 @@ def bounded_text(text: str, limit: int, what: str, whole: Callable[[], str]) -> 
 class _Whole:
     """A text kept whole on disk the first time its path is asked for (``continuous_test.wire.kept``)."""
 
-    def __init__(self, text: str, name: str) -> None:
-        self._text, self._name, self._path = text, name, ""
+    def __init__(self, text: str, name: str, suffix: str) -> None:
+        self._text, self._name, self._suffix, self._path = text, name, suffix, ""
 
     def path(self) -> str:
         if not self._path:
             from continuous_test.wire import kept  # only when a text is cut
 
-            self._path = kept.save(self._text, self._name)
+            self._path = kept.save(self._text, self._name, self._suffix)
         return self._path
 
 
