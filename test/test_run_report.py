@@ -395,7 +395,7 @@ def test_pytest_writes_through_a_link_into_a_fifo_and_dev_null_and_replaces_none
     assert stat.S_ISFIFO(os.lstat(tmp_path / "page.fifo").st_mode) and "test_sum" in read[0], describe(proc)
 
 
-@pytest.mark.world
+@pytest.mark.e2e
 def test_run_tests_writes_into_dev_null_and_through_a_link_from_where_it_started(tmp_path):
     # CONTINUOUS_TEST_REPORT=/dev/null stays a device; a relative page path is where the run started,
     # though a test changed the controller's working directory; the link to it is kept.
