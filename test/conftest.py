@@ -48,3 +48,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         return
     with tiers.running(item.nodeid, tiers.declared(item)):
         yield
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the marks under --dist loadgroup
+def pytest_collection_modifyitems(items: list) -> None:
+    """The suite's distribution (``-n 2 --dist loadgroup``): the tests of a file that share one of its module-scoped
+    fixtures (a scenario run made once and read by each) go to one worker together; every other test goes to
+    whichever worker is free, so that no file is pinned to one worker for its whole time."""
+    if os.environ.get(tiers.ENV_SCENARIO_RUN):
+        return
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        info = getattr(item, "_fixtureinfo", None)
+        defs = [d for ds in (info.name2fixturedefs.values() if info else ()) for d in ds]
+        if any(d.scope in ("module", "package") and d.baseid == path for d in defs):
+            item.add_marker(pytest.mark.xdist_group(path))
+
