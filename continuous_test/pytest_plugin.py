@@ -1027,7 +1027,8 @@ class _Recorder:
         sharding = self.sharding
         if sharding.empty_shard and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             session.exitstatus = pytest.ExitCode.OK  # the other shards run the selection
-        if sharding.store is None or not sharding.test_seconds:
+        # A shard stores even when it ran nothing: its run's records are committed once every shard stored.
+        if sharding.store is None or not (sharding.test_seconds or sharding.shard is not None):
             return
         from continuous_test.controller.shard import Durations
 
@@ -1035,6 +1036,10 @@ class _Recorder:
             stored = Durations.load(sharding.store)
         except ValueError:  # unreadable: written again from this run alone
             stored = Durations()
-        stored.update(Durations({k: round(v, 4) for k, v in sharding.test_seconds.items()},
-                                {k: round(v, 4) for k, v in sharding.world_seconds.items()}))
+        run = Durations({k: round(v, 4) for k, v in sharding.test_seconds.items()},
+                        {k: round(v, 4) for k, v in sharding.world_seconds.items()})
+        # Into the file the shards read, a shard's records wait for the run's other shards (the split
+        # reads only committed records); into a file of its own they are this job's records.
+        same_file = os.path.realpath(sharding.store) == os.path.realpath(sharding.durations)
+        stored.record(run, sharding.shard if same_file else None)
         stored.save(sharding.store)

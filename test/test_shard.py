@@ -109,6 +109,31 @@ def test_the_durations_file_is_plain_json_and_a_bad_one_is_named(tmp_path):
         shard.Durations.load(str(path))
 
 
+def test_a_shards_stored_records_wait_for_every_shard_of_its_run(tmp_path):
+    path = str(tmp_path / "d.json")
+    durations = shard.Durations({"old": 1.0}, {"w": 2.0})
+    two = [shard.Shard(i, 2, "test") for i in (1, 2)]
+    assert durations.record(shard.Durations({"a": 0.1}), two[1]) == [1]
+    durations.save(path)
+    loaded = shard.Durations.load(path)
+    assert loaded.tests == {"old": 1.0} and loaded.worlds == {"w": 2.0}, "the split reads committed records only"
+    assert json.loads(open(path).read())["pending"] == {"count": 2, "shards": {"2": {"tests": {"a": 0.1},
+                                                                                       "worlds": {}}}}
+    assert loaded.record(shard.Durations({"a": 0.3}), two[1]) == [1], "a job run again replaces its shard's"
+    assert loaded.record(shard.Durations({"b": 0.2}, {"w": 3.0}), two[0]) == []
+    assert (loaded.tests, loaded.worlds, loaded.pending) == ({"old": 1.0, "a": 0.3, "b": 0.2}, {"w": 3.0}, {})
+    loaded.record(shard.Durations({"c": 0.1}), two[0])
+    loaded.record(shard.Durations({"d": 0.1}), shard.Shard(1, 3, "test"))
+    assert loaded.pending_count == 3 and list(loaded.pending) == [1], "another shard count starts a new run"
+    loaded.record(shard.Durations({"e": 0.4}), None)
+    assert loaded.tests["e"] == 0.4 and list(loaded.pending) == [1], "no shard: committed at once"
+    for pending in ({"count": 2}, {"count": 1, "shards": {}}, {"count": 2, "shards": {"3": {}}},
+                    {"count": 2, "shards": {"1": {"tests": {"a": "slow"}}}}):
+        open(path, "w").write(json.dumps({"version": 1, "tests": {}, "pending": pending}))
+        with pytest.raises(ConfigError, match=f"Invalid durations file {re.escape(path)}"):
+            shard.Durations.load(path)
+
+
 CONFLICTED = """{"version": 1,
 <<<<<<< HEAD
  "tests": {"t": 1.5},
@@ -390,6 +415,57 @@ def test_stored_durations_put_the_world_start_on_the_world_and_balance_the_next_
     path.write_text(json.dumps(data))
     first = collected(f"--ct-durations={path}", "--ct-shard=1/2")
     assert {world(node) for node in first} == {"Plain1"}, first
+
+
+JOBS = "test_shard_jobs.py"  # six plain classes, A to F, of three tests each
+JOBS_NODE = "test/scenarios/test_shard_jobs.py::"
+
+
+def _committed_durations(path) -> None:
+    """A committed durations file that says every test of the jobs' scenario takes a second: the tests a
+    job stores (milliseconds) then weigh far less than the others, whichever job stores first."""
+    tests = {f"{JOBS_NODE}{cls}::{test}": 1.0 for cls in "ABCDEF" for test in ("test_x", "test_y", "test_z")}
+    path.write_text(json.dumps({"version": 1, "tests": tests, "worlds": {}}))
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("order", [(1, 2), (2, 1), (3, 1, 2)], ids=["forward", "reverse", "mixed"])
+def test_the_jobs_of_one_run_storing_into_one_file_in_turn_run_every_test_once(tmp_path, order):
+    path = tmp_path / "durations.json"
+    _committed_durations(path)
+    ran_by_job = []
+    for index in order:
+        proc = helpers.pytest(JOBS, "-s", f"--ct-shard={index}/{len(order)}", f"--ct-durations={path}",
+                              "--ct-store-durations")
+        assert proc.returncode == 0, describe(proc)
+        ran_by_job.append(ran(proc))
+    everything = Counter(name for names in ran_by_job for name in names)
+    expected = Counter(f"{cls}.{test}" for cls in "ABCDEF" for test in ("test_x", "test_y", "test_z"))
+    assert everything == expected, f"jobs in order {order} ran {ran_by_job}"
+    # Once every shard stored, the file holds this run's times and nothing pending.
+    data = json.loads(path.read_text())
+    assert "pending" not in data and all(seconds < 1.0 for seconds in data["tests"].values()), data
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("order", [("pytest", "python"), ("python", "pytest")])
+def test_a_python_job_and_a_pytest_job_of_one_run_run_every_test_once(tmp_path, order):
+    # run_tests() reads the file the pytest job stores into; run from the rootdir, both name tests alike.
+    path = tmp_path / "durations.json"
+    _committed_durations(path)
+    scenario = str(helpers.SCENARIOS.relative_to(helpers.ROOT) / JOBS)
+    ran_by_job = []
+    for index, runner in enumerate(order, 1):
+        if runner == "pytest":
+            proc = helpers.pytest(scenario, "-s", f"--ct-shard={index}/2", f"--ct-durations={path}",
+                                  "--ct-store-durations", cwd=helpers.ROOT)
+        else:
+            proc = helpers.python(scenario, cwd=helpers.ROOT, env={ENV_SHARD: f"{index}/2", ENV_DURATIONS: str(path)})
+        assert proc.returncode == 0, describe(proc)
+        ran_by_job.append(ran(proc))
+    everything = Counter(name for names in ran_by_job for name in names)
+    assert everything == Counter(f"{cls}.{test}" for cls in "ABCDEF" for test in ("test_x", "test_y", "test_z")), \
+        f"jobs {order} ran {ran_by_job}"
 
 
 @pytest.mark.e2e

@@ -25,7 +25,12 @@ The durations file (``.ct_durations.json``, meant to be committed) is plain JSON
      "worlds": {"test/test_x.py::TestAllReduce": 2.3, ...}}
 
 ``tests`` holds each test's own time in seconds (its world start taken out),
-``worlds`` the time one start of each world took.  Ids are pytest's node ids
+``worlds`` the time one start of each world took.  A shard job that stores into
+the file the shards read adds a ``pending`` part instead, ``{"count": N,
+"shards": {"I": {"tests": ..., "worlds": ...}}}``: the split reads only
+``tests`` and ``worlds``, so every job of one run splits alike whatever the
+others stored before it, and the pending records are committed into them once
+all N shards of the run stored (:meth:`Durations.record`).  Ids are pytest's node ids
 (relative to pytest's rootdir; under ``run_tests()``, the file relative to the
 current directory, then ``::Class::test``), so one file serves both runners.  A
 test with no record counts as the median recorded test (:data:`DEFAULT_TEST_SECONDS`
@@ -143,10 +148,17 @@ def world_of(path: str, cls: Optional[type], name: str, world_size: Optional[int
 
 @dataclass
 class Durations:
-    """Recorded seconds: each test's own time and each world's start (see the module docstring)."""
+    """Recorded seconds: each test's own time and each world's start (see the module docstring).
+
+    ``tests`` and ``worlds`` are the committed records, the only ones a split reads;
+    ``pending`` the records of the shards of a run not yet complete (shard index -> its
+    records), ``pending_count`` that run's number of shards (0: none pending).
+    """
 
     tests: Dict[str, float] = field(default_factory=dict)
     worlds: Dict[str, float] = field(default_factory=dict)
+    pending: Dict[int, "Durations"] = field(default_factory=dict)
+    pending_count: int = 0
 
     @classmethod
     def load(cls, path: str, missing_ok: bool = True) -> "Durations":
@@ -160,12 +172,19 @@ class Durations:
             raise ConfigError(BAD_DURATIONS.format(path=path, why="no such file")) from None
         except (OSError, ValueError) as exc:
             raise ConfigError(BAD_DURATIONS.format(path=path, why=exc)) from None
-        return cls(_seconds(data, "tests", path), _seconds(data, "worlds", path))
+        loaded = cls(_seconds(data, "tests", path), _seconds(data, "worlds", path))
+        loaded.pending_count, loaded.pending = _pending(data, path)
+        return loaded
+
+    def _json(self) -> Dict[str, object]:
+        return {"tests": dict(sorted(self.tests.items())), "worlds": dict(sorted(self.worlds.items()))}
 
     def save(self, path: str) -> None:
         """Write the record to ``path`` at once (a temporary file renamed), sorted, so that diffs stay small."""
-        data = {"version": DURATIONS_VERSION, "tests": dict(sorted(self.tests.items())),
-                "worlds": dict(sorted(self.worlds.items()))}
+        data: Dict[str, object] = {"version": DURATIONS_VERSION, **self._json()}
+        if self.pending:
+            data["pending"] = {"count": self.pending_count,
+                               "shards": {str(i): self.pending[i]._json() for i in sorted(self.pending)}}
         folder = os.path.dirname(os.path.abspath(path))
         fd, temporary = tempfile.mkstemp(prefix=".ct_durations.", dir=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -185,6 +204,28 @@ class Durations:
         self.tests.update(other.tests)
         self.worlds.update(other.worlds)
 
+    def record(self, run: "Durations", shard: Optional[Shard]) -> List[int]:
+        """Add the records of one job's ``run`` to the file the shards read; the shards still to store.
+
+        Without a shard (or of one shard) they are committed at once.  A shard's records stay
+        pending, so that the other jobs of its run split on the same committed records as it
+        did, whichever order they run in; a job of the same shard replaces its shard's
+        (a job run again), one of another shard count starts a new run's.  Once all
+        ``shard.count`` shards stored, their records are committed, shard 1 first.
+        """
+        if shard is None or shard.count == 1:
+            self.update(run)
+            return []
+        if self.pending_count != shard.count:
+            self.pending, self.pending_count = {}, shard.count
+        self.pending[shard.index] = Durations(dict(run.tests), dict(run.worlds))
+        missing = [index for index in range(1, shard.count + 1) if index not in self.pending]
+        if not missing:
+            for index in sorted(self.pending):
+                self.update(self.pending[index])
+            self.pending, self.pending_count = {}, 0
+        return missing
+
     def test_seconds(self, test: str) -> float:
         """Recorded seconds of ``test``, else the median of the recorded tests."""
         return self.tests[test] if test in self.tests else _median(self.tests, DEFAULT_TEST_SECONDS)
@@ -202,6 +243,26 @@ def _seconds(data: object, key: str, path: str) -> Dict[str, float]:
             isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in values.values()):
         raise ConfigError(BAD_DURATIONS.format(path=path, why=f"{key!r} must map ids to seconds"))
     return {str(k): float(v) for k, v in values.items()}
+
+
+def _pending(data: Dict[str, object], path: str) -> Tuple[int, Dict[int, Durations]]:
+    """The ``pending`` part: the shard count of the run in progress and each stored shard's records."""
+    pending = data.get("pending")
+    if pending is None:
+        return 0, {}
+    why = 'expected "pending" to be {"count": N, "shards": {"I": {"tests": ..., "worlds": ...}}}'
+    if not isinstance(pending, dict) or not isinstance(pending.get("shards"), dict):
+        raise ConfigError(BAD_DURATIONS.format(path=path, why=why))
+    count = pending.get("count")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 2:
+        raise ConfigError(BAD_DURATIONS.format(path=path, why=why))
+    shards: Dict[int, Durations] = {}
+    for key, part in pending["shards"].items():
+        if not (key.isascii() and key.isdigit() and 1 <= int(key) <= count and isinstance(part, dict)):
+            raise ConfigError(BAD_DURATIONS.format(path=path, why=why))
+        records = {**part, "version": DURATIONS_VERSION}
+        shards[int(key)] = Durations(_seconds(records, "tests", path), _seconds(records, "worlds", path))
+    return count, shards
 
 
 def _median(values: Dict[str, float], default: float) -> float:
