@@ -368,6 +368,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         cls = _test_class(item)
         if cls is None:
             continue
+        _parsed_id(item)
         size = limit = None
         try:
             marker = item.get_closest_marker("world_size")
@@ -390,6 +391,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
                                                   marked_time_limit=limit, marked_world_size=size)
         _mark_devices(item, cls, item.stash[_MARKED])
     _deselect_by_devices(config, items)
+
+
+def _parsed_id(item: pytest.Item) -> None:
+    """Give a test method named with brackets (``test_x[ws3]``) the structured id pytest parses from its node id.
+
+    pytest 9 keys its cache (``--lf``, ``--sw``) by structured ids, parsed from the node id strings it
+    stored: ``test_x`` with the parameters ``ws3``.  A unittest method's id is made from its name, brackets
+    and all, and never equals that, so ``--lf`` would find no failure and rerun every size.  Older pytest
+    compares the strings, which are the same either way.
+    """
+    structured: Any = getattr(item, "_id", None)
+    if getattr(structured, "params", "") is None and "[" in item.name:
+        item._id = type(structured).parse(item.nodeid)  # pytest's own class, parsing as its cache does
 
 
 def _mark_devices(item: pytest.Item, cls: type, overrides: Overrides) -> None:
