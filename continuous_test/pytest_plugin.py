@@ -99,7 +99,8 @@ MIN_DEVICES_HELP = "deselect the tests that need fewer than N devices"
 DEVICES_MARKER = "ct_devices"
 DEVICES_LINE = "continuous_test: devices needed: {counts} (marker ct_devices(n=N); select with -m \"ct_devices(n=N)\")"
 BISECT_HELP = "seconds per run for rerunning and bisecting failed distributed tests, or off (default 120)"
-SHARD_HELP = "run shard I of N (I from 1) of the selected tests, whole worlds only (CONTINUOUS_TEST_SHARD)"
+SHARD_HELP = ("run shard I of N (I from 1) of the selected tests, whole worlds only; slurm: the shard of this Slurm "
+              "job array task (CONTINUOUS_TEST_SHARD)")
 DURATIONS_HELP = "durations file the shards are balanced on (default .ct_durations.json in the rootdir)"
 STORE_DURATIONS_HELP = "write this run's test and world-start durations to FILE (default: the durations file)"
 REPEAT_HELP = "run each selected test N times in its shared world (CONTINUOUS_TEST_REPEAT)"
@@ -121,7 +122,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ct-min-devices", dest="ct_min_devices", default=None, metavar="N", help=MIN_DEVICES_HELP)
     group.addoption("--ct-live-output", dest="ct_live_output", action="store_true", default=None,
                     help=LIVE_OUTPUT_HELP)
-    group.addoption("--ct-shard", dest="ct_shard", default=None, metavar="I/N", help=SHARD_HELP)
+    group.addoption("--ct-shard", dest="ct_shard", default=None, metavar="I/N|slurm", help=SHARD_HELP)
     group.addoption("--ct-durations", dest="ct_durations", default=None, metavar="FILE", help=DURATIONS_HELP)
     group.addoption("--ct-store-durations", dest="ct_store_durations", default=None, nargs="?", const="",
                     metavar="FILE", help=STORE_DURATIONS_HELP)
@@ -817,7 +818,8 @@ _WORLD_STARTS = pytest.StashKey[float]()
 
 
 def _sharding(config: pytest.Config) -> _Sharding:
-    """Resolve --ct-shard (else CONTINUOUS_TEST_SHARD, else a Slurm job array), the durations files and the repeats."""
+    """Resolve --ct-shard (else CONTINUOUS_TEST_SHARD; ``slurm``: the job array's task), the durations files and
+    the repeats."""
     from continuous_test import config as ct_config
     from continuous_test.controller import shard
 

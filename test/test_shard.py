@@ -39,14 +39,43 @@ def test_a_bad_shard_names_its_setting(value):
         shard.shard_from_env({ENV_SHARD: value or " x"})
 
 
-def test_the_shard_comes_from_the_variable_then_a_slurm_job_array():
-    array = {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "5", "SLURM_ARRAY_TASK_COUNT": "4"}
+SLURM_ARRAY = {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "5", "SLURM_ARRAY_TASK_COUNT": "4",
+               "SLURM_ARRAY_JOB_ID": "100"}
+
+
+def test_the_shard_comes_from_the_variable_and_from_a_slurm_job_array_only_when_asked():
+    array = SLURM_ARRAY
     assert shard.shard_from_env({}) is None
-    assert (shard.shard_from_env(array).index, shard.shard_from_env(array).count) == (3, 4)
+    assert shard.shard_from_env(array) is None, "an array task runs its whole file unless asked to shard"
+    asked = shard.shard_from_env({**array, ENV_SHARD: "slurm"})
+    assert (asked.index, asked.count) == (3, 4) and asked.source.startswith("Slurm job array, asked by "), asked
+    assert shard.parse_shard("slurm", "the --ct-shard option", array).index == 3
     assert shard.shard_from_env({**array, ENV_SHARD: "1/2"}) == shard.Shard(1, 2, f"{ENV_SHARD} environment variable")
-    assert shard.shard_from_env({k: v for k, v in array.items() if k != "SLURM_ARRAY_TASK_MIN"}) is None
+    with pytest.raises(ConfigError, match="not a task of a Slurm job array .SLURM_ARRAY_TASK_MIN not set"):
+        shard.shard_from_env({**{k: v for k, v in array.items() if k != "SLURM_ARRAY_TASK_MIN"}, ENV_SHARD: "slurm"})
+    with pytest.raises(ConfigError, match="Invalid shard 'slurm' from the --ct-shard option"):
+        shard.parse_shard("slurm", "the --ct-shard option", {})
     with pytest.raises(ConfigError, match="Slurm job array"):
-        shard.shard_from_env({**array, "SLURM_ARRAY_TASK_ID": "10"})  # 6/4
+        shard.shard_from_env({**array, "SLURM_ARRAY_TASK_ID": "10", ENV_SHARD: "slurm"})  # 6/4
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+def test_inside_a_slurm_array_task_a_file_runs_whole_unless_asked_to_shard(runner, tmp_path):
+    # One test file per array task: every test of it runs.  CONTINUOUS_TEST_SHARD=slurm (or
+    # --ct-shard=slurm) asks for the task's shard of it.
+    def run(**extra):
+        env = {"NO_FUNCTIONS": "1", ENV_DURATIONS: str(tmp_path / "none.json"), **SLURM_ARRAY, **extra}
+        proc = helpers.python(JOBS, env=env) if runner == "python" else helpers.pytest(JOBS, "-s", env=env)
+        assert proc.returncode == 0, describe(proc)
+        return proc
+
+    whole = run()
+    assert len(ran(whole)) == 18 and "shard" not in whole.stdout + whole.stderr, describe(whole)
+    asked = run(**{ENV_SHARD: "slurm"})
+    assert 0 < len(ran(asked)) < 18, describe(asked)
+    assert "shard 3/4 (Slurm job array, asked by CONTINUOUS_TEST_SHARD environment variable: " \
+        "SLURM_ARRAY_TASK_ID=7" in asked.stdout + asked.stderr, describe(asked)
 
 
 def test_repeat_settings():

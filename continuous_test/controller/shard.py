@@ -37,8 +37,9 @@ test with no record counts as the median recorded test (:data:`DEFAULT_TEST_SECO
 with none), a world as the median recorded start (:data:`DEFAULT_WORLD_SECONDS`).
 
 The shard comes from ``--ct-shard=I/N`` or ``CONTINUOUS_TEST_SHARD=I/N`` (I counts
-from 1); else, inside a Slurm job array, from ``SLURM_ARRAY_TASK_ID``,
-``SLURM_ARRAY_TASK_MIN`` and ``SLURM_ARRAY_TASK_COUNT``.
+from 1); with the value ``slurm``, from the Slurm job array the process runs in
+(``SLURM_ARRAY_TASK_ID``, ``SLURM_ARRAY_TASK_MIN`` and ``SLURM_ARRAY_TASK_COUNT``).
+Only when asked: an array whose tasks run other files, each whole, is no shard.
 
 Touches: the durations file it is given, nothing else.  Stdlib only.
 """
@@ -79,8 +80,14 @@ DURATIONS_VERSION = 1
 DEFAULT_TEST_SECONDS = 0.5
 DEFAULT_WORLD_SECONDS = 2.0
 INVALID_SHARD = (
-    "Invalid shard {value!r} from {source}: expected I/N with 1 <= I <= N (I counts from 1), e.g. 2/4"
+    "Invalid shard {value!r} from {source}: expected I/N with 1 <= I <= N (I counts from 1), e.g. 2/4, "
+    "or slurm (the shard of this Slurm job array task)"
 )
+NOT_IN_AN_ARRAY = (
+    "Invalid shard 'slurm' from {source}: this process is not a task of a Slurm job array "
+    "({missing} not set); give I/N instead"
+)
+SLURM = "slurm"
 BAD_DURATIONS = "Invalid durations file {path}: {why}; remove it or write it again with --ct-store-durations"
 SHARD_LINE = (
     "continuous_test: shard {index}/{count} ({source}): {tests} of {total} tests in {units} of {all_units} groups, "
@@ -103,9 +110,12 @@ class Shard:
     source: str
 
 
-def parse_shard(value: object, source: str) -> Shard:
-    """Validate ``I/N``; a ConfigError naming ``source`` for anything else (0/4, 5/4, x)."""
+def parse_shard(value: object, source: str, env: Mapping[str, str] = os.environ) -> Shard:
+    """Validate ``I/N``, or ``slurm`` (the array task's shard, from ``env``); a ConfigError naming ``source``
+    for anything else (0/4, 5/4, x, slurm outside an array)."""
     text = str(value).strip()
+    if text.lower() == SLURM:
+        return _slurm_shard(env, source)
     index_text, slash, count_text = text.partition("/")
     try:
         index, count = int(index_text), int(count_text)
@@ -117,19 +127,27 @@ def parse_shard(value: object, source: str) -> Shard:
 
 
 def shard_from_env(env: Mapping[str, str] = os.environ) -> Optional[Shard]:
-    """The shard of ``CONTINUOUS_TEST_SHARD``, else of a Slurm job array's task, else None."""
+    """The shard ``CONTINUOUS_TEST_SHARD`` names (``slurm``: the job array task's), else None: an array's
+    variables alone shard nothing."""
     raw = env.get(ENV_SHARD, "").strip()
     if raw:
-        return parse_shard(raw, f"{ENV_SHARD} environment variable")
-    if all(env.get(name, "").strip() for name in SLURM_ARRAY):
-        task, low, count = (env[name].strip() for name in SLURM_ARRAY)
-        source = f"Slurm job array: {'='.join((SLURM_ARRAY[0], task))}, {SLURM_ARRAY[1]}={low}, {SLURM_ARRAY[2]}={count}"
-        try:
-            index = int(task) - int(low) + 1
-        except ValueError:
-            raise ConfigError(INVALID_SHARD.format(value=f"{task}-{low}+1/{count}", source=source)) from None
-        return parse_shard(f"{index}/{count}", source)
+        return parse_shard(raw, f"{ENV_SHARD} environment variable", env)
     return None
+
+
+def _slurm_shard(env: Mapping[str, str], asked: str) -> Shard:
+    """The shard of this Slurm job array task: I = TASK_ID - TASK_MIN + 1 of N = TASK_COUNT."""
+    missing = [name for name in SLURM_ARRAY if not env.get(name, "").strip()]
+    if missing:
+        raise ConfigError(NOT_IN_AN_ARRAY.format(source=asked, missing=", ".join(missing)))
+    task, low, count = (env[name].strip() for name in SLURM_ARRAY)
+    source = (f"Slurm job array, asked by {asked}: {SLURM_ARRAY[0]}={task}, {SLURM_ARRAY[1]}={low}, "
+              f"{SLURM_ARRAY[2]}={count}")
+    try:
+        index = int(task) - int(low) + 1
+    except ValueError:
+        raise ConfigError(INVALID_SHARD.format(value=f"{task}-{low}+1/{count}", source=source)) from None
+    return parse_shard(f"{index}/{count}", source)
 
 
 def world_of(path: str, cls: Optional[type], name: str, world_size: Optional[int] = None) -> str:
