@@ -31,7 +31,8 @@ NODE = "test/scenarios/test_shard.py::"
 
 # -- settings ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", ["0/4", "5/4", "x", "", "2/0", "-1/4", "1/4/2"])
+@pytest.mark.parametrize("value", ["0/4", "5/4", "x", "", "2/0", "-1/4", "1/4/2", "1/1_0", "²/4", "1/²",
+                                   "1/" + "9" * 40])
 def test_a_bad_shard_names_its_setting(value):
     with pytest.raises(ConfigError, match=re.escape(f"Invalid shard {value!r} from the --ct-shard option")):
         shard.parse_shard(value, "the --ct-shard option")
@@ -81,8 +82,26 @@ def test_inside_a_slurm_array_task_a_file_runs_whole_unless_asked_to_shard(runne
 def test_repeat_settings():
     assert config.repeat_count({}) == 1 and config.repeat_count({ENV_REPEAT: "3"}) == 3
     assert not config.repeat_fresh({}) and config.repeat_fresh({ENV_REPEAT_FRESH: "1"})
-    with pytest.raises(ConfigError, match=ENV_REPEAT):
-        config.repeat_count({ENV_REPEAT: "0"})
+    for bad in ("0", "1_0", "²", "٣", "9" * 40):  # underscores and Unicode digits are no count
+        with pytest.raises(ConfigError, match=f"Invalid repeat count {re.escape(repr(bad))} from {ENV_REPEAT}"):
+            config.repeat_count({ENV_REPEAT: bad})
+
+
+def test_a_huge_shard_count_is_a_usage_error_not_a_memory_error():
+    with pytest.raises(ConfigError, match=f"expected at most {shard.MAX_SHARDS} shards"):
+        shard.parse_shard(f"1/{10 ** 12}", "the --ct-shard option")
+    assert shard.parse_shard(f"1/{shard.MAX_SHARDS}", "x").count == shard.MAX_SHARDS
+
+
+def test_a_durations_file_nested_too_deeply_or_not_a_file_is_named(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ConfigError, match=f"Invalid durations file {re.escape(str(deep))}: nested too deeply"):
+        shard.Durations.load(str(deep))
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # opened for reading, it would wait for a writer for ever
+    with pytest.raises(ConfigError, match=f"Invalid durations file {re.escape(str(fifo))}: not a regular file"):
+        shard.Durations.load(str(fifo))
 
 
 # -- assignment --------------------------------------------------------------------

@@ -41,18 +41,20 @@ from 1); with the value ``slurm``, from the Slurm job array the process runs in
 (``SLURM_ARRAY_TASK_ID``, ``SLURM_ARRAY_TASK_MIN`` and ``SLURM_ARRAY_TASK_COUNT``).
 Only when asked: an array whose tasks run other files, each whole, is no shard.
 
-Touches: the durations file it is given, nothing else.  Stdlib only.
+Touches: the durations file it is given, nothing else.  Stdlib only, and config's reading of integers.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import stat
 import statistics
 import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
+from continuous_test.config import digits
 from continuous_test.errors import ConfigError
 from continuous_test.wire.env import ENV_DURATIONS, ENV_SHARD
 
@@ -88,6 +90,9 @@ NOT_IN_AN_ARRAY = (
     "({missing} not set); give I/N instead"
 )
 SLURM = "slurm"
+# A shard is at least a world: more shards than any suite has worlds is a mistake (and a list that size).
+MAX_SHARDS = 10000
+TOO_MANY_SHARDS = "Invalid shard {value!r} from {source}: expected at most " + str(MAX_SHARDS) + " shards"
 BAD_DURATIONS = "Invalid durations file {path}: {why}; remove it or write it again with --ct-store-durations"
 SHARD_LINE = (
     "continuous_test: shard {index}/{count} ({source}): {tests} of {total} tests in {units} of {all_units} groups, "
@@ -117,12 +122,11 @@ def parse_shard(value: object, source: str, env: Mapping[str, str] = os.environ)
     if text.lower() == SLURM:
         return _slurm_shard(env, source)
     index_text, slash, count_text = text.partition("/")
-    try:
-        index, count = int(index_text), int(count_text)
-    except ValueError:
-        index = count = 0
+    index, count = digits(index_text) or 0, digits(count_text) or 0
     if not slash or not 1 <= index <= count:
         raise ConfigError(INVALID_SHARD.format(value=value, source=source))
+    if count > MAX_SHARDS:
+        raise ConfigError(TOO_MANY_SHARDS.format(value=value, source=source))
     return Shard(index, count, source)
 
 
@@ -143,11 +147,10 @@ def _slurm_shard(env: Mapping[str, str], asked: str) -> Shard:
     task, low, count = (env[name].strip() for name in SLURM_ARRAY)
     source = (f"Slurm job array, asked by {asked}: {SLURM_ARRAY[0]}={task}, {SLURM_ARRAY[1]}={low}, "
               f"{SLURM_ARRAY[2]}={count}")
-    try:
-        index = int(task) - int(low) + 1
-    except ValueError:
-        raise ConfigError(INVALID_SHARD.format(value=f"{task}-{low}+1/{count}", source=source)) from None
-    return parse_shard(f"{index}/{count}", source)
+    first, low_number = digits(task), digits(low)
+    if first is None or low_number is None:
+        raise ConfigError(INVALID_SHARD.format(value=f"{task}-{low}+1/{count}", source=source))
+    return parse_shard(f"{first - low_number + 1}/{count}", source)
 
 
 def world_of(path: str, cls: Optional[type], name: str, world_size: Optional[int] = None) -> str:
@@ -182,12 +185,18 @@ class Durations:
     def load(cls, path: str, missing_ok: bool = True) -> "Durations":
         """Read ``path``; an empty record when it does not exist (and ``missing_ok``)."""
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or a device would block or never end
+                raise ConfigError(BAD_DURATIONS.format(path=path, why="not a regular file"))
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
         except FileNotFoundError:
             if missing_ok:
                 return cls()
             raise ConfigError(BAD_DURATIONS.format(path=path, why="no such file")) from None
+        except ConfigError:
+            raise
+        except RecursionError:
+            raise ConfigError(BAD_DURATIONS.format(path=path, why="nested too deeply")) from None
         except (OSError, ValueError) as exc:
             raise ConfigError(BAD_DURATIONS.format(path=path, why=exc)) from None
         loaded = cls(_seconds(data, "tests", path), _seconds(data, "worlds", path))
@@ -276,10 +285,10 @@ def _pending(data: Dict[str, object], path: str) -> Tuple[int, Dict[int, Duratio
         raise ConfigError(BAD_DURATIONS.format(path=path, why=why))
     shards: Dict[int, Durations] = {}
     for key, part in pending["shards"].items():
-        if not (key.isascii() and key.isdigit() and 1 <= int(key) <= count and isinstance(part, dict)):
+        if not (1 <= (digits(key) or 0) <= count and isinstance(part, dict)):
             raise ConfigError(BAD_DURATIONS.format(path=path, why=why))
         records = {**part, "version": DURATIONS_VERSION}
-        shards[int(key)] = Durations(_seconds(records, "tests", path), _seconds(records, "worlds", path))
+        shards[int(key.strip())] = Durations(_seconds(records, "tests", path), _seconds(records, "worlds", path))
     return count, shards
 
 
