@@ -101,6 +101,8 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
                 several = None
             if several is not None:
                 sizes.expand(cls, several)
+            else:  # one size: a subclass of a sized class runs its tests at its own size, under their own names
+                sizes.unexpand(cls)
 
     def __init__(self, methodName: str = "runTest") -> None:  # noqa: N803 - unittest's name
         if self._ct_in_process:

@@ -144,6 +144,9 @@ INVALID_BUDGET = "Invalid bisect budget {value!r} from {source}: expected second
 DEFAULT_CPU_WORLD_SIZE = 2
 INVALID_VALUE = "Invalid {what} {value!r} from {source}: expected a positive number of seconds"
 INVALID_INT = "Invalid {what} {value!r} from {source}: expected a positive int"
+TOO_LARGE = "Invalid {what} {value!r} from {source}: expected a positive int of at most {most}"
+# The longest run of digits read as a number: anything longer is no count a setting means.
+MAX_DIGITS = 18
 INVALID_COUNT = "Invalid {what} {value!r} from {source}: expected an int >= 0"
 INVALID_CHOICE = "Invalid {what} {value!r} from {source}: expected one of {choices}"
 SEVERAL_SIZES = (
@@ -173,22 +176,29 @@ TIMEOUT_ATTR = "__continuous_test_timeout__"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def parse_positive_int(value: Any, what: str, source: str) -> int:
-    """Validate a positive int (not a bool); strings are accepted only from text sources."""
-    number: Any = value
-    if isinstance(value, str):
-        try:
-            number = int(value.strip())
-        except ValueError:
-            number = None
+def digits(text: str) -> Optional[int]:
+    """The one reading of an integer setting's text: ASCII digits only (no sign, ``_``, ``²`` or other
+    Unicode digits), at most :data:`MAX_DIGITS` of them, around optional whitespace; None for anything else."""
+    text = text.strip()
+    if not text or len(text) > MAX_DIGITS or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
+def parse_positive_int(value: Any, what: str, source: str, most: Optional[int] = None) -> int:
+    """Validate a positive int (not a bool), at most ``most`` if given; strings (:func:`digits`) are
+    accepted only from text sources."""
+    number: Any = digits(value) if isinstance(value, str) else value
     if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
         raise ConfigError(INVALID_INT.format(what=what, value=value, source=source))
+    if most is not None and number > most:
+        raise ConfigError(TOO_LARGE.format(what=what, value=value, source=source, most=most))
     return number
 
 
 def parse_non_negative_int(value: Any, what: str, source: str) -> int:
     """Validate an int >= 0 (a device count); strings are accepted only from text sources."""
-    if isinstance(value, str) and value.strip() == "0" or value == 0 and not isinstance(value, bool):
+    if isinstance(value, str) and digits(value) == 0 or value == 0 and not isinstance(value, bool):
         return 0
     try:
         return parse_positive_int(value, what, source)

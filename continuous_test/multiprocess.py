@@ -71,7 +71,11 @@ def _default_world_size() -> int:
 
 def expect_exit(code: Optional[int] = None, *, signal: Union[int, str, None] = None,
                 ranks: Union[int, Iterable[int], None] = None) -> Callable[[F], F]:
-    """Decorator: the named ranks (all if None) must end with this exit code or signal."""
+    """Decorator: the named ranks (all if None) must end with this exit code or signal.
+
+    A named rank the test's world does not have (``ranks=[1]`` at world size 1) fails the
+    test with a ConfigError naming it: the declaration would check nothing.
+    """
     if (code is None) == (signal is None) or (code is not None and (isinstance(code, bool) or not isinstance(code, int))):
         raise ValueError(BAD_EXPECT_EXIT.format(code=code, signal=signal))
     expected = ExpectedExit(code=code, signal=_signal_number(signal), ranks=_rank_tuple(ranks))

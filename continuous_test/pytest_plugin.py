@@ -100,7 +100,8 @@ MIN_DEVICES_HELP = "deselect the tests that need fewer than N devices"
 DEVICES_MARKER = "ct_devices"
 DEVICES_LINE = "continuous_test: devices needed: {counts} (marker ct_devices(n=N); select with -m \"ct_devices(n=N)\")"
 BISECT_HELP = "seconds per run for rerunning and bisecting failed distributed tests, or off (default 120)"
-SHARD_HELP = "run shard I of N (I from 1) of the selected tests, whole worlds only (CONTINUOUS_TEST_SHARD)"
+SHARD_HELP = ("run shard I of N (I from 1) of the selected tests, whole worlds only; slurm: the shard of this Slurm "
+              "job array task (CONTINUOUS_TEST_SHARD)")
 DURATIONS_HELP = "durations file the shards are balanced on (default .ct_durations.json in the rootdir)"
 STORE_DURATIONS_HELP = "write this run's test and world-start durations to FILE (default: the durations file)"
 REPEAT_HELP = "run each selected test N times in its shared world (CONTINUOUS_TEST_REPEAT)"
@@ -122,7 +123,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ct-min-devices", dest="ct_min_devices", default=None, metavar="N", help=MIN_DEVICES_HELP)
     group.addoption("--ct-live-output", dest="ct_live_output", action="store_true", default=None,
                     help=LIVE_OUTPUT_HELP)
-    group.addoption("--ct-shard", dest="ct_shard", default=None, metavar="I/N", help=SHARD_HELP)
+    group.addoption("--ct-shard", dest="ct_shard", default=None, metavar="I/N|slurm", help=SHARD_HELP)
     group.addoption("--ct-durations", dest="ct_durations", default=None, metavar="FILE", help=DURATIONS_HELP)
     group.addoption("--ct-store-durations", dest="ct_store_durations", default=None, nargs="?", const="",
                     metavar="FILE", help=STORE_DURATIONS_HELP)
@@ -370,6 +371,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         cls = _test_class(item)
         if cls is None:
             continue
+        _parsed_id(item)
         size = limit = None
         try:
             marker = item.get_closest_marker("world_size")
@@ -392,6 +394,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
                                                   marked_time_limit=limit, marked_world_size=size)
         _mark_devices(item, cls, item.stash[_MARKED])
     _deselect_by_devices(config, items)
+
+
+def _parsed_id(item: pytest.Item) -> None:
+    """Give a test method named with brackets (``test_x[ws3]``) the structured id pytest parses from its node id.
+
+    pytest 9 keys its cache (``--lf``, ``--sw``) by structured ids, parsed from the node id strings it
+    stored: ``test_x`` with the parameters ``ws3``.  A unittest method's id is made from its name, brackets
+    and all, and never equals that, so ``--lf`` would find no failure and rerun every size.  Older pytest
+    compares the strings, which are the same either way.
+    """
+    structured: Any = getattr(item, "_id", None)
+    if getattr(structured, "params", "") is None and "[" in item.name:
+        item._id = type(structured).parse(item.nodeid)  # pytest's own class, parsing as its cache does
 
 
 def _mark_devices(item: pytest.Item, cls: type, overrides: Overrides) -> None:
@@ -834,7 +849,8 @@ _WORLD_STARTS = pytest.StashKey[float]()
 
 
 def _sharding(config: pytest.Config) -> _Sharding:
-    """Resolve --ct-shard (else CONTINUOUS_TEST_SHARD, else a Slurm job array), the durations files and the repeats."""
+    """Resolve --ct-shard (else CONTINUOUS_TEST_SHARD; ``slurm``: the job array's task), the durations files and
+    the repeats."""
     from continuous_test import config as ct_config
     from continuous_test.controller import shard
 
@@ -1062,7 +1078,8 @@ class _Recorder:
         sharding = self.sharding
         if sharding.empty_shard and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             session.exitstatus = pytest.ExitCode.OK  # the other shards run the selection
-        if sharding.store is None or not sharding.test_seconds:
+        # A shard stores even when it ran nothing: its run's records are committed once every shard stored.
+        if sharding.store is None or not (sharding.test_seconds or sharding.shard is not None):
             return
         from continuous_test.controller.shard import Durations
 
@@ -1072,8 +1089,12 @@ class _Recorder:
                 stored = Durations.load(sharding.store)
             except ValueError:  # unreadable: written again from this run alone
                 pass
-        stored.update(Durations({k: round(v, 4) for k, v in sharding.test_seconds.items()},
-                                {k: round(v, 4) for k, v in sharding.world_seconds.items()}))
+        run = Durations({k: round(v, 4) for k, v in sharding.test_seconds.items()},
+                        {k: round(v, 4) for k, v in sharding.world_seconds.items()})
+        # Into the file the shards read, a shard's records wait for the run's other shards (the split
+        # reads only committed records); into a file of its own they are this job's records.
+        same_file = os.path.realpath(sharding.store) == os.path.realpath(sharding.durations)
+        stored.record(run, sharding.shard if same_file else None)
         try:
             stored.save(sharding.store)
         except OSError as exc:  # the session's verdicts and its summary stand

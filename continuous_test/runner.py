@@ -15,7 +15,7 @@ import sys
 import unittest
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from continuous_test import config
+from continuous_test import config, sizes
 from continuous_test._role import rank_class_of
 from continuous_test.controller import shuffle
 from continuous_test.launched.detect import detect, export_env
@@ -143,6 +143,31 @@ class _SilentRunner(ContinuousTestRunner):
         super().__init__(*args, **kwargs)
 
 
+class _Loader(unittest.TestLoader):
+    """unittest's loader, but the unsized name of a sized test (``Class.test_x`` of ``world_size = [1, 2]``)
+    loads it at every size; unittest's own loader (``python -m unittest``) names the sized names instead."""
+
+    def loadTestsFromName(self, name: str, module: Any = None) -> unittest.TestSuite:  # noqa: N802 - unittest's
+        try:
+            return super().loadTestsFromName(name, module)
+        except TypeError:
+            found = _sized_test(name, module)
+            if found is None:
+                raise
+            cls, sized = found
+            return self.suiteClass([cls(sizes.name(sized.method, size)) for size in sized.sizes])
+
+
+def _sized_test(name: str, module: Any) -> Optional[tuple]:
+    """The class and :class:`~continuous_test.sizes.SizedTest` that ``name`` (relative to ``module``) names, or None."""
+    parent, obj = None, module
+    for part in name.split(".") if module is not None else ():
+        parent, obj = obj, getattr(obj, part, None)
+    if isinstance(obj, sizes.SizedTest) and isinstance(parent, type):
+        return parent, obj
+    return None
+
+
 def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> None:
     """Run the tests of ``module`` (the test file) with unittest's command line; never returns."""
     launch = detect()
@@ -157,7 +182,7 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     # Checked and made absolute now: a bad path is a usage error before any test runs, and a test
     # that changes the working directory does not move the report.
     reports = {} if silent else _report_paths()
-    loader = unittest.TestLoader()
+    loader = _Loader()
     seed = config.shuffle_seed()
     if seed is not None:
         shuffle.install(loader, seed, announce=not silent)

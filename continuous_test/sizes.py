@@ -14,9 +14,16 @@ What this module touches, and where:
   by the pytest plugin for a class marked ``world_size([...])``) adds one
   attribute per test and size to the class, each the test's own function object
   (not a wrapper: tracebacks and ``__wrapped__`` are unchanged), and sets the
-  unsized name to ``None`` in the class, so that no runner collects it; it
-  replaces ``world_size`` with :class:`WorldSizes`, which gives a test instance
-  its own size and the class the list.
+  unsized name to a :class:`SizedTest` in the class, which no runner collects (it
+  is not callable) and which keeps the test's function; it replaces
+  ``world_size`` with :class:`WorldSizes`, which gives a test instance its own
+  size and the class the list.  On a subclass, or again on the same class (a
+  pytest marker's sizes over the attribute's), it sizes the tests it inherits
+  from the functions their :class:`SizedTest` kept, and hides the sized names of
+  sizes it no longer has.
+* :func:`unexpand` (called by ``TestCase.__init_subclass__``) gives a subclass
+  of one world size (``world_size = 3``) of a sized class its tests under their
+  own names again and hides the inherited sized names.
 * :func:`sized_method` lets a process that made the class without the list (a
   rank of a class sized by a pytest marker) run a sized name anyway.
 
@@ -26,11 +33,12 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from continuous_test.errors import ConfigError
 
-__all__ = ["SIZED", "parse", "name", "check", "expand", "sized_method", "WorldSizes", "set_size", "test_size", "sizes_of"]
+__all__ = ["SIZED", "parse", "name", "check", "expand", "unexpand", "sized_method", "SizedTest", "WorldSizes",
+           "set_size", "test_size", "sizes_of"]
 
 # ``test_x[ws2]``: the base name and the size.
 SIZED = re.compile(r"^(?P<base>.+)\[ws(?P<size>[1-9][0-9]*)\]$")
@@ -98,21 +106,69 @@ def sizes_of(cls: type) -> Optional[List[int]]:
     return check(value, f"{cls.__qualname__}.world_size") if is_list(value) else None
 
 
-def expand(cls: type, sizes: Sequence[int]) -> None:
-    """Give each test of ``cls`` one name per size (see the module docstring); idempotent."""
-    prefix = getattr(cls, "testMethodPrefix", "test") if isinstance(getattr(cls, "testMethodPrefix", None), str) \
-        else "test"
+class SizedTest:
+    """What a sized class holds under a test's unsized name: not callable, so that no runner collects it,
+    and the test's own function, so that a subclass of other sizes (or of one) still has the test."""
+
+    def __init__(self, function: Any, owner: str, method: str, sizes: Sequence[int]) -> None:
+        self.function, self.owner, self.method, self.sizes = function, owner, method, list(sizes)
+
+    def __bool__(self) -> bool:  # as the None it replaces: no test under this name
+        return False
+
+    def __repr__(self) -> str:  # unittest's loader prints it for the unsized name: "don't know how to make test from"
+        names = ", ".join(f"{self.owner}.{name(self.method, size)}" for size in self.sizes)
+        return (f"{self.owner}.{self.method}, which runs once per world size of {self.owner}.world_size: "
+                f"name one of {names} (or the class, for every size)")
+
+
+def _prefix(cls: type) -> str:
+    prefix = getattr(cls, "testMethodPrefix", "test")
+    return prefix if isinstance(prefix, str) else "test"
+
+
+def _tests(cls: type) -> Dict[str, Any]:
+    """Every test of ``cls`` by its unsized name -> its function: its own, and the ones sizes hid."""
+    found = {}
+    prefix = _prefix(cls)
     for attr in dir(cls):
         if not attr.startswith(prefix) or parse(attr) is not None:
             continue
-        function = getattr(cls, attr, None)
-        if not callable(function):
-            continue
-        raw = inspect.getattr_static(cls, attr)
+        raw = inspect.getattr_static(cls, attr, None)
+        if isinstance(raw, SizedTest):
+            found[attr] = raw.function
+        elif callable(getattr(cls, attr, None)):
+            found[attr] = raw
+    return found
+
+
+def expand(cls: type, sizes: Sequence[int]) -> None:
+    """Give each test of ``cls`` one name per size and no other (see the module docstring); idempotent."""
+    tests = _tests(cls)
+    for attr, raw in tests.items():
         for size in sizes:
             setattr(cls, name(attr, size), raw)
-        setattr(cls, attr, None)  # not collected: each size is
+        setattr(cls, attr, SizedTest(raw, cls.__qualname__, attr, sizes))  # not collected: each size is
+    _hide_sizes(cls, tests, keep=sizes)
     setattr(cls, "world_size", WorldSizes(sizes))
+
+
+def unexpand(cls: type) -> None:
+    """Give ``cls``, a class of one world size, its tests under their own names again (see the module docstring)."""
+    tests = _tests(cls)
+    for attr, raw in tests.items():
+        if isinstance(inspect.getattr_static(cls, attr, None), SizedTest):
+            setattr(cls, attr, raw)
+    _hide_sizes(cls, tests, keep=())
+
+
+def _hide_sizes(cls: type, tests: Dict[str, Any], keep: Sequence[int]) -> None:
+    """The sized names of ``tests`` at sizes not in ``keep``, inherited or set before, no longer collected."""
+    for attr in dir(cls):
+        parsed = parse(attr)
+        if parsed is not None and parsed[0] in tests and parsed[1] not in keep and \
+                inspect.getattr_static(cls, attr, None) is not None:
+            setattr(cls, attr, None)
 
 
 def sized_method(cls: type, method: str) -> None:
@@ -120,7 +176,7 @@ def sized_method(cls: type, method: str) -> None:
     parsed = parse(method)
     if parsed is None or inspect.getattr_static(cls, method, None) is not None:
         return
-    raw = inspect.getattr_static(cls, parsed[0], None)
+    raw = _tests(cls).get(parsed[0])
     if raw is not None:
         setattr(cls, method, raw)
 

@@ -242,11 +242,12 @@ def test_worlds_waiting_at_once_are_served_one_at_a_time_through_the_queue(tmp_p
 
 
 def test_bad_settings_name_their_variable(tmp_path):
-    for value in ("four", "0", "-2", "1.5"):
+    # Unicode digits ("²" raised ValueError), underscores, and a count no host has (it hung making the pool).
+    for value in ("four", "0", "-2", "1.5", "²", "1_0", "9" * 30, str(devices.MAX_SIMULATED_DEVICES + 1)):
         with pytest.raises(ConfigError) as caught:
             devices.simulated_devices({ENV_SIMULATE_DEVICES: value})
         assert str(caught.value) == (f"Invalid {value!r} from {ENV_SIMULATE_DEVICES} environment variable: "
-                                     "expected a positive int"), caught.value
+                                     f"expected a positive int of at most {devices.MAX_SIMULATED_DEVICES}"), caught.value
     for value in ("-1", "0", "soon", "inf"):
         with pytest.raises(ConfigError) as caught:
             devices.device_wait({ENV_DEVICE_WAIT: value})

@@ -31,7 +31,8 @@ NODE = "test/scenarios/test_shard.py::"
 
 # -- settings ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", ["0/4", "5/4", "x", "", "2/0", "-1/4", "1/4/2"])
+@pytest.mark.parametrize("value", ["0/4", "5/4", "x", "", "2/0", "-1/4", "1/4/2", "1/1_0", "²/4", "1/²",
+                                   "1/" + "9" * 40])
 def test_a_bad_shard_names_its_setting(value):
     with pytest.raises(ConfigError, match=re.escape(f"Invalid shard {value!r} from the --ct-shard option")):
         shard.parse_shard(value, "the --ct-shard option")
@@ -39,21 +40,68 @@ def test_a_bad_shard_names_its_setting(value):
         shard.shard_from_env({ENV_SHARD: value or " x"})
 
 
-def test_the_shard_comes_from_the_variable_then_a_slurm_job_array():
-    array = {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "5", "SLURM_ARRAY_TASK_COUNT": "4"}
+SLURM_ARRAY = {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "5", "SLURM_ARRAY_TASK_COUNT": "4",
+               "SLURM_ARRAY_JOB_ID": "100"}
+
+
+def test_the_shard_comes_from_the_variable_and_from_a_slurm_job_array_only_when_asked():
+    array = SLURM_ARRAY
     assert shard.shard_from_env({}) is None
-    assert (shard.shard_from_env(array).index, shard.shard_from_env(array).count) == (3, 4)
+    assert shard.shard_from_env(array) is None, "an array task runs its whole file unless asked to shard"
+    asked = shard.shard_from_env({**array, ENV_SHARD: "slurm"})
+    assert (asked.index, asked.count) == (3, 4) and asked.source.startswith("Slurm job array, asked by "), asked
+    assert shard.parse_shard("slurm", "the --ct-shard option", array).index == 3
     assert shard.shard_from_env({**array, ENV_SHARD: "1/2"}) == shard.Shard(1, 2, f"{ENV_SHARD} environment variable")
-    assert shard.shard_from_env({k: v for k, v in array.items() if k != "SLURM_ARRAY_TASK_MIN"}) is None
+    with pytest.raises(ConfigError, match="not a task of a Slurm job array .SLURM_ARRAY_TASK_MIN not set"):
+        shard.shard_from_env({**{k: v for k, v in array.items() if k != "SLURM_ARRAY_TASK_MIN"}, ENV_SHARD: "slurm"})
+    with pytest.raises(ConfigError, match="Invalid shard 'slurm' from the --ct-shard option"):
+        shard.parse_shard("slurm", "the --ct-shard option", {})
     with pytest.raises(ConfigError, match="Slurm job array"):
-        shard.shard_from_env({**array, "SLURM_ARRAY_TASK_ID": "10"})  # 6/4
+        shard.shard_from_env({**array, "SLURM_ARRAY_TASK_ID": "10", ENV_SHARD: "slurm"})  # 6/4
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+def test_inside_a_slurm_array_task_a_file_runs_whole_unless_asked_to_shard(runner, tmp_path):
+    # One test file per array task: every test of it runs.  CONTINUOUS_TEST_SHARD=slurm (or
+    # --ct-shard=slurm) asks for the task's shard of it.
+    def run(**extra):
+        env = {"NO_FUNCTIONS": "1", ENV_DURATIONS: str(tmp_path / "none.json"), **SLURM_ARRAY, **extra}
+        proc = helpers.python(JOBS, env=env) if runner == "python" else helpers.pytest(JOBS, "-s", env=env)
+        assert proc.returncode == 0, describe(proc)
+        return proc
+
+    whole = run()
+    assert len(ran(whole)) == 18 and "shard" not in whole.stdout + whole.stderr, describe(whole)
+    asked = run(**{ENV_SHARD: "slurm"})
+    assert 0 < len(ran(asked)) < 18, describe(asked)
+    assert "shard 3/4 (Slurm job array, asked by CONTINUOUS_TEST_SHARD environment variable: " \
+        "SLURM_ARRAY_TASK_ID=7" in asked.stdout + asked.stderr, describe(asked)
 
 
 def test_repeat_settings():
     assert config.repeat_count({}) == 1 and config.repeat_count({ENV_REPEAT: "3"}) == 3
     assert not config.repeat_fresh({}) and config.repeat_fresh({ENV_REPEAT_FRESH: "1"})
-    with pytest.raises(ConfigError, match=ENV_REPEAT):
-        config.repeat_count({ENV_REPEAT: "0"})
+    for bad in ("0", "1_0", "²", "٣", "9" * 40):  # underscores and Unicode digits are no count
+        with pytest.raises(ConfigError, match=f"Invalid repeat count {re.escape(repr(bad))} from {ENV_REPEAT}"):
+            config.repeat_count({ENV_REPEAT: bad})
+
+
+def test_a_huge_shard_count_is_a_usage_error_not_a_memory_error():
+    with pytest.raises(ConfigError, match=f"expected at most {shard.MAX_SHARDS} shards"):
+        shard.parse_shard(f"1/{10 ** 12}", "the --ct-shard option")
+    assert shard.parse_shard(f"1/{shard.MAX_SHARDS}", "x").count == shard.MAX_SHARDS
+
+
+def test_a_durations_file_nested_too_deeply_or_not_a_file_is_named(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ConfigError, match=f"Invalid durations file {re.escape(str(deep))}: nested too deeply"):
+        shard.Durations.load(str(deep))
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # opened for reading, it would wait for a writer for ever
+    with pytest.raises(ConfigError, match=f"Invalid durations file {re.escape(str(fifo))}: not a regular file"):
+        shard.Durations.load(str(fifo))
 
 
 # -- assignment --------------------------------------------------------------------
@@ -107,6 +155,31 @@ def test_the_durations_file_is_plain_json_and_a_bad_one_is_named(tmp_path):
     path.write_text('{"version": 1, "tests": {"t": "slow"}}')
     with pytest.raises(ConfigError, match=f"Invalid durations file {re.escape(str(path))}"):
         shard.Durations.load(str(path))
+
+
+def test_a_shards_stored_records_wait_for_every_shard_of_its_run(tmp_path):
+    path = str(tmp_path / "d.json")
+    durations = shard.Durations({"old": 1.0}, {"w": 2.0})
+    two = [shard.Shard(i, 2, "test") for i in (1, 2)]
+    assert durations.record(shard.Durations({"a": 0.1}), two[1]) == [1]
+    durations.save(path)
+    loaded = shard.Durations.load(path)
+    assert loaded.tests == {"old": 1.0} and loaded.worlds == {"w": 2.0}, "the split reads committed records only"
+    assert json.loads(open(path).read())["pending"] == {"count": 2, "shards": {"2": {"tests": {"a": 0.1},
+                                                                                       "worlds": {}}}}
+    assert loaded.record(shard.Durations({"a": 0.3}), two[1]) == [1], "a job run again replaces its shard's"
+    assert loaded.record(shard.Durations({"b": 0.2}, {"w": 3.0}), two[0]) == []
+    assert (loaded.tests, loaded.worlds, loaded.pending) == ({"old": 1.0, "a": 0.3, "b": 0.2}, {"w": 3.0}, {})
+    loaded.record(shard.Durations({"c": 0.1}), two[0])
+    loaded.record(shard.Durations({"d": 0.1}), shard.Shard(1, 3, "test"))
+    assert loaded.pending_count == 3 and list(loaded.pending) == [1], "another shard count starts a new run"
+    loaded.record(shard.Durations({"e": 0.4}), None)
+    assert loaded.tests["e"] == 0.4 and list(loaded.pending) == [1], "no shard: committed at once"
+    for pending in ({"count": 2}, {"count": 1, "shards": {}}, {"count": 2, "shards": {"3": {}}},
+                    {"count": 2, "shards": {"1": {"tests": {"a": "slow"}}}}):
+        open(path, "w").write(json.dumps({"version": 1, "tests": {}, "pending": pending}))
+        with pytest.raises(ConfigError, match=f"Invalid durations file {re.escape(path)}"):
+            shard.Durations.load(path)
 
 
 CONFLICTED = """{"version": 1,
@@ -390,6 +463,57 @@ def test_stored_durations_put_the_world_start_on_the_world_and_balance_the_next_
     path.write_text(json.dumps(data))
     first = collected(f"--ct-durations={path}", "--ct-shard=1/2")
     assert {world(node) for node in first} == {"Plain1"}, first
+
+
+JOBS = "test_shard_jobs.py"  # six plain classes, A to F, of three tests each
+JOBS_NODE = "test/scenarios/test_shard_jobs.py::"
+
+
+def _committed_durations(path) -> None:
+    """A committed durations file that says every test of the jobs' scenario takes a second: the tests a
+    job stores (milliseconds) then weigh far less than the others, whichever job stores first."""
+    tests = {f"{JOBS_NODE}{cls}::{test}": 1.0 for cls in "ABCDEF" for test in ("test_x", "test_y", "test_z")}
+    path.write_text(json.dumps({"version": 1, "tests": tests, "worlds": {}}))
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("order", [(1, 2), (2, 1), (3, 1, 2)], ids=["forward", "reverse", "mixed"])
+def test_the_jobs_of_one_run_storing_into_one_file_in_turn_run_every_test_once(tmp_path, order):
+    path = tmp_path / "durations.json"
+    _committed_durations(path)
+    ran_by_job = []
+    for index in order:
+        proc = helpers.pytest(JOBS, "-s", f"--ct-shard={index}/{len(order)}", f"--ct-durations={path}",
+                              "--ct-store-durations")
+        assert proc.returncode == 0, describe(proc)
+        ran_by_job.append(ran(proc))
+    everything = Counter(name for names in ran_by_job for name in names)
+    expected = Counter(f"{cls}.{test}" for cls in "ABCDEF" for test in ("test_x", "test_y", "test_z"))
+    assert everything == expected, f"jobs in order {order} ran {ran_by_job}"
+    # Once every shard stored, the file holds this run's times and nothing pending.
+    data = json.loads(path.read_text())
+    assert "pending" not in data and all(seconds < 1.0 for seconds in data["tests"].values()), data
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("order", [("pytest", "python"), ("python", "pytest")])
+def test_a_python_job_and_a_pytest_job_of_one_run_run_every_test_once(tmp_path, order):
+    # run_tests() reads the file the pytest job stores into; run from the rootdir, both name tests alike.
+    path = tmp_path / "durations.json"
+    _committed_durations(path)
+    scenario = str(helpers.SCENARIOS.relative_to(helpers.ROOT) / JOBS)
+    ran_by_job = []
+    for index, runner in enumerate(order, 1):
+        if runner == "pytest":
+            proc = helpers.pytest(scenario, "-s", f"--ct-shard={index}/2", f"--ct-durations={path}",
+                                  "--ct-store-durations", cwd=helpers.ROOT)
+        else:
+            proc = helpers.python(scenario, cwd=helpers.ROOT, env={ENV_SHARD: f"{index}/2", ENV_DURATIONS: str(path)})
+        assert proc.returncode == 0, describe(proc)
+        ran_by_job.append(ran(proc))
+    everything = Counter(name for names in ran_by_job for name in names)
+    assert everything == Counter(f"{cls}.{test}" for cls in "ABCDEF" for test in ("test_x", "test_y", "test_z")), \
+        f"jobs {order} ran {ran_by_job}"
 
 
 @pytest.mark.e2e

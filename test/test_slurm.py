@@ -64,6 +64,7 @@ def test_two_concurrent_steps_of_one_allocation_run_side_by_side(cluster, tmp_pa
 def test_a_job_array_runs_disjoint_shards_whose_union_is_the_file(cluster, tmp_path):
     env = {**LIMITS, "NO_FUNCTIONS": "1", "CONTINUOUS_TEST_DURATIONS": str(tmp_path / "none.json")}
     whole = helpers.python("test_shard.py", "-v", env=env)
+    env["CONTINUOUS_TEST_SHARD"] = "slurm"  # shard by the array: asked, never by the array's variables alone
     proc = cluster.client(["timeout", str(STEP_TIMEOUT), "sbatch", "--wait", "--array=0-2", "--time=1",
                            f"--output={tmp_path}/%a.out", "--wrap", f"{sys.executable} test_shard.py -v"],
                           helpers.scenario_env(env), STEP_TIMEOUT + 5, cwd=helpers.SCENARIOS)
@@ -76,7 +77,8 @@ def test_a_job_array_runs_disjoint_shards_whose_union_is_the_file(cluster, tmp_p
     assert sum(map(len, classes)) == len(set().union(*classes)), classes  # no world in two shards
     assert all(out.rstrip().endswith("OK") for out in outputs), outputs
     for i, out in enumerate(outputs):
-        assert f"shard {i + 1}/3 (Slurm job array: SLURM_ARRAY_TASK_ID={i}, SLURM_ARRAY_TASK_MIN=0" in out, out
+        assert f"shard {i + 1}/3 (Slurm job array, asked by CONTINUOUS_TEST_SHARD environment variable: " \
+            f"SLURM_ARRAY_TASK_ID={i}, SLURM_ARRAY_TASK_MIN=0" in out, out
 
 
 if __name__ == "__main__":

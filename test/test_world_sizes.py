@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import re
+import sys
 
 import helpers
 import pytest
@@ -78,8 +79,52 @@ def test_a_function_runs_once_per_size_in_its_sizes_world(tmp_path):
 @pytest.mark.world
 def test_a_marker_with_several_sizes_sizes_a_class():
     proc = helpers.pytest("test_world_sizes_marker.py", "-vv")
-    assert pytest_counts(proc.stdout) == {"passed": 2}, describe(proc)
+    assert pytest_counts(proc.stdout) == {"passed": 4}, describe(proc)
     assert "MarkedTest::test_size[ws1] PASSED" in proc.stdout and "MarkedTest::test_size[ws3] PASSED" in proc.stdout
+
+    # The marker's sizes win over a list of the class too: its own sizes [2] never run.
+    assert "MarkedOverListTest::test_size[ws1] PASSED" in proc.stdout, describe(proc)
+    assert "MarkedOverListTest::test_size[ws3] PASSED" in proc.stdout, describe(proc)
+
+
+INHERIT = "test_world_sizes_inherit.py"
+INHERITED_RUNS = ["Base.test_x[ws1] at 1", "Base.test_x[ws2] at 2", "Three.test_x at 3",
+                  "TwoThree.test_x[ws2] at 2", "TwoThree.test_x[ws3] at 3"]
+
+
+def _ran_at(proc) -> list:
+    return sorted(re.findall(r"ran (\S+ at \d)", proc.stdout + proc.stderr))
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+def test_a_subclass_runs_its_own_sizes_not_its_parents(runner):
+    # Base is [1, 2]; Three says 3 (one size: its tests under their own names), TwoThree [2, 3].
+    proc = helpers.python(INHERIT, "-v") if runner == "python" else helpers.pytest(INHERIT, "-s")
+    assert proc.returncode == 0, describe(proc)
+    assert _ran_at(proc) == INHERITED_RUNS, describe(proc)
+
+
+@pytest.mark.world
+def test_the_unsized_name_of_a_sized_test_runs_every_size_or_names_them():
+    proc = helpers.python(INHERIT, "-v", "Base.test_x", "Three.test_x")
+    assert proc.returncode == 0 and _ran_at(proc) == INHERITED_RUNS[:3], describe(proc)
+    # unittest's own loader cannot be given the sizes: its error names them.
+    proc = helpers.unittest("test_world_sizes_inherit.TwoThree.test_x")
+    assert proc.returncode != 0 and "TwoThree.test_x, which runs once per world size of TwoThree.world_size: " \
+        "name one of TwoThree.test_x[ws2], TwoThree.test_x[ws3]" in proc.stderr, describe(proc)
+
+
+@pytest.mark.e2e
+def test_last_failed_reruns_only_the_size_that_failed(tmp_path):
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "cacheprovider", "-o", f"cache_dir={tmp_path}", "-s",
+            INHERIT, "-k", "Base"]
+    env = {"FAIL_AT": "2", **helpers.QUIET}
+    proc = helpers.run(args, env=env)
+    assert pytest_counts(proc.stdout) == {"passed": 1, "failed": 1, "deselected": 3}, describe(proc)
+    proc = helpers.run([*args, "--lf"], env=env)
+    assert pytest_counts(proc.stdout) == {"failed": 1, "deselected": 4}, describe(proc)
+    assert "ran Base.test_x[ws1]" not in proc.stdout + proc.stderr, describe(proc)
 
 
 @pytest.mark.world
@@ -121,7 +166,8 @@ def test_sizes_parse_check_and_expand():
             return "h"
 
     sizes.expand(Plain, [1, 2])
-    assert Plain.test_a is None and Plain.helper is not None  # the unsized name is not collected
+    assert isinstance(Plain.test_a, sizes.SizedTest) and not callable(Plain.test_a)  # the unsized name: not collected
+    assert Plain.helper is not None
     assert getattr(Plain, "test_a[ws1]") is getattr(Plain, "test_a[ws2]")  # the test's own function, unwrapped
     assert Plain.world_size.sizes == [1, 2]
     case = Plain()
@@ -148,7 +194,7 @@ def test_a_subclass_of_a_sized_class_has_each_test_once_per_size():
 
     names = ["test_a[ws1]", "test_a[ws2]", "test_b[ws1]", "test_b[ws2]"]
     assert unittest.defaultTestLoader.getTestCaseNames(Sub) == names
-    assert sorted(n for n in dir(Sub) if n.startswith("test") and getattr(Sub, n) is not None) == names
+    assert sorted(n for n in dir(Sub) if n.startswith("test") and callable(getattr(Sub, n))) == names
     assert getattr(Sub, "test_a[ws2]") is getattr(Sized, "test_a[ws2]") and Sub.world_size.sizes == [1, 2]
 
     class Plain:
@@ -157,5 +203,5 @@ def test_a_subclass_of_a_sized_class_has_each_test_once_per_size():
 
     sizes.expand(Plain, [1, 2])
     sizes.expand(Plain, [1, 2])  # idempotent
-    assert sorted(n for n in vars(Plain) if n.startswith("test") and vars(Plain)[n] is not None) == \
+    assert sorted(n for n in vars(Plain) if n.startswith("test") and callable(vars(Plain)[n])) == \
         ["test_a[ws1]", "test_a[ws2]"]

@@ -94,7 +94,10 @@ WAITING = ("continuous_test: {owner} waits for {need} {kind} device(s) of {total
 WAITED_TOO_LONG = ("{owner} waited {bound:g} s for {need} {kind} device(s) of this host's {total} "
                    "({free} free{holders}); set " + ENV_DEVICE_WAIT + " to wait longer, or run fewer "
                    "workers at once (pytest -n)")
-BAD_SIMULATE = "Invalid {value!r} from " + ENV_SIMULATE_DEVICES + " environment variable: expected a positive int"
+# A simulated host has a lease file per device: more than any host has is a mistake, not a pool to make.
+MAX_SIMULATED_DEVICES = 1024
+BAD_SIMULATE = ("Invalid {value!r} from " + ENV_SIMULATE_DEVICES + " environment variable: expected a positive int "
+                f"of at most {MAX_SIMULATED_DEVICES}")
 NOT_PRIVATE = ("the device pool directory {path} (" + ENV_DEVICE_DIR + ", or the default) {why}; "
                "point " + ENV_DEVICE_DIR + " at a directory of your own")
 
@@ -205,9 +208,10 @@ def simulated_devices(env: Mapping[str, str] = os.environ) -> Optional[int]:
     raw = env.get(ENV_SIMULATE_DEVICES, "").strip()
     if not raw:
         return None
-    if not raw.isdigit() or int(raw) <= 0:
+    count = config.digits(raw)
+    if count is None or not 0 < count <= MAX_SIMULATED_DEVICES:
         raise ConfigError(BAD_SIMULATE.format(value=env.get(ENV_SIMULATE_DEVICES)))
-    return int(raw)
+    return count
 
 
 def device_wait(env: Mapping[str, str] = os.environ) -> float:

@@ -25,27 +25,35 @@ The durations file (``.ct_durations.json``, meant to be committed) is plain JSON
      "worlds": {"test/test_x.py::TestAllReduce": 2.3, ...}}
 
 ``tests`` holds each test's own time in seconds (its world start taken out),
-``worlds`` the time one start of each world took.  Ids are pytest's node ids
+``worlds`` the time one start of each world took.  A shard job that stores into
+the file the shards read adds a ``pending`` part instead, ``{"count": N,
+"shards": {"I": {"tests": ..., "worlds": ...}}}``: the split reads only
+``tests`` and ``worlds``, so every job of one run splits alike whatever the
+others stored before it, and the pending records are committed into them once
+all N shards of the run stored (:meth:`Durations.record`).  Ids are pytest's node ids
 (relative to pytest's rootdir; under ``run_tests()``, the file relative to the
 current directory, then ``::Class::test``), so one file serves both runners.  A
 test with no record counts as the median recorded test (:data:`DEFAULT_TEST_SECONDS`
 with none), a world as the median recorded start (:data:`DEFAULT_WORLD_SECONDS`).
 
 The shard comes from ``--ct-shard=I/N`` or ``CONTINUOUS_TEST_SHARD=I/N`` (I counts
-from 1); else, inside a Slurm job array, from ``SLURM_ARRAY_TASK_ID``,
-``SLURM_ARRAY_TASK_MIN`` and ``SLURM_ARRAY_TASK_COUNT``.
+from 1); with the value ``slurm``, from the Slurm job array the process runs in
+(``SLURM_ARRAY_TASK_ID``, ``SLURM_ARRAY_TASK_MIN`` and ``SLURM_ARRAY_TASK_COUNT``).
+Only when asked: an array whose tasks run other files, each whole, is no shard.
 
-Touches: the durations file it is given, nothing else.  Stdlib only.
+Touches: the durations file it is given, nothing else.  Stdlib only, and config's reading of integers.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import stat
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
+from continuous_test.config import digits
 from continuous_test.errors import ConfigError
 from continuous_test.wire import files
 from continuous_test.wire.env import ENV_DURATIONS, ENV_SHARD
@@ -74,8 +82,17 @@ DURATIONS_VERSION = 1
 DEFAULT_TEST_SECONDS = 0.5
 DEFAULT_WORLD_SECONDS = 2.0
 INVALID_SHARD = (
-    "Invalid shard {value!r} from {source}: expected I/N with 1 <= I <= N (I counts from 1), e.g. 2/4"
+    "Invalid shard {value!r} from {source}: expected I/N with 1 <= I <= N (I counts from 1), e.g. 2/4, "
+    "or slurm (the shard of this Slurm job array task)"
 )
+NOT_IN_AN_ARRAY = (
+    "Invalid shard 'slurm' from {source}: this process is not a task of a Slurm job array "
+    "({missing} not set); give I/N instead"
+)
+SLURM = "slurm"
+# A shard is at least a world: more shards than any suite has worlds is a mistake (and a list that size).
+MAX_SHARDS = 10000
+TOO_MANY_SHARDS = "Invalid shard {value!r} from {source}: expected at most " + str(MAX_SHARDS) + " shards"
 BAD_DURATIONS = "Invalid durations file {path}: {why}; remove it or write it again with --ct-store-durations"
 SHARD_LINE = (
     "continuous_test: shard {index}/{count} ({source}): {tests} of {total} tests in {units} of {all_units} groups, "
@@ -98,33 +115,42 @@ class Shard:
     source: str
 
 
-def parse_shard(value: object, source: str) -> Shard:
-    """Validate ``I/N``; a ConfigError naming ``source`` for anything else (0/4, 5/4, x)."""
+def parse_shard(value: object, source: str, env: Mapping[str, str] = os.environ) -> Shard:
+    """Validate ``I/N``, or ``slurm`` (the array task's shard, from ``env``); a ConfigError naming ``source``
+    for anything else (0/4, 5/4, x, slurm outside an array)."""
     text = str(value).strip()
+    if text.lower() == SLURM:
+        return _slurm_shard(env, source)
     index_text, slash, count_text = text.partition("/")
-    try:
-        index, count = int(index_text), int(count_text)
-    except ValueError:
-        index = count = 0
+    index, count = digits(index_text) or 0, digits(count_text) or 0
     if not slash or not 1 <= index <= count:
         raise ConfigError(INVALID_SHARD.format(value=value, source=source))
+    if count > MAX_SHARDS:
+        raise ConfigError(TOO_MANY_SHARDS.format(value=value, source=source))
     return Shard(index, count, source)
 
 
 def shard_from_env(env: Mapping[str, str] = os.environ) -> Optional[Shard]:
-    """The shard of ``CONTINUOUS_TEST_SHARD``, else of a Slurm job array's task, else None."""
+    """The shard ``CONTINUOUS_TEST_SHARD`` names (``slurm``: the job array task's), else None: an array's
+    variables alone shard nothing."""
     raw = env.get(ENV_SHARD, "").strip()
     if raw:
-        return parse_shard(raw, f"{ENV_SHARD} environment variable")
-    if all(env.get(name, "").strip() for name in SLURM_ARRAY):
-        task, low, count = (env[name].strip() for name in SLURM_ARRAY)
-        source = f"Slurm job array: {'='.join((SLURM_ARRAY[0], task))}, {SLURM_ARRAY[1]}={low}, {SLURM_ARRAY[2]}={count}"
-        try:
-            index = int(task) - int(low) + 1
-        except ValueError:
-            raise ConfigError(INVALID_SHARD.format(value=f"{task}-{low}+1/{count}", source=source)) from None
-        return parse_shard(f"{index}/{count}", source)
+        return parse_shard(raw, f"{ENV_SHARD} environment variable", env)
     return None
+
+
+def _slurm_shard(env: Mapping[str, str], asked: str) -> Shard:
+    """The shard of this Slurm job array task: I = TASK_ID - TASK_MIN + 1 of N = TASK_COUNT."""
+    missing = [name for name in SLURM_ARRAY if not env.get(name, "").strip()]
+    if missing:
+        raise ConfigError(NOT_IN_AN_ARRAY.format(source=asked, missing=", ".join(missing)))
+    task, low, count = (env[name].strip() for name in SLURM_ARRAY)
+    source = (f"Slurm job array, asked by {asked}: {SLURM_ARRAY[0]}={task}, {SLURM_ARRAY[1]}={low}, "
+              f"{SLURM_ARRAY[2]}={count}")
+    first, low_number = digits(task), digits(low)
+    if first is None or low_number is None:
+        raise ConfigError(INVALID_SHARD.format(value=f"{task}-{low}+1/{count}", source=source))
+    return parse_shard(f"{first - low_number + 1}/{count}", source)
 
 
 def world_of(path: str, cls: Optional[type], name: str, world_size: Optional[int] = None) -> str:
@@ -143,36 +169,78 @@ def world_of(path: str, cls: Optional[type], name: str, world_size: Optional[int
 
 @dataclass
 class Durations:
-    """Recorded seconds: each test's own time and each world's start (see the module docstring)."""
+    """Recorded seconds: each test's own time and each world's start (see the module docstring).
+
+    ``tests`` and ``worlds`` are the committed records, the only ones a split reads;
+    ``pending`` the records of the shards of a run not yet complete (shard index -> its
+    records), ``pending_count`` that run's number of shards (0: none pending).
+    """
 
     tests: Dict[str, float] = field(default_factory=dict)
     worlds: Dict[str, float] = field(default_factory=dict)
+    pending: Dict[int, "Durations"] = field(default_factory=dict)
+    pending_count: int = 0
 
     @classmethod
     def load(cls, path: str, missing_ok: bool = True) -> "Durations":
         """Read ``path``; an empty record when it does not exist (and ``missing_ok``)."""
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or a device would block or never end
+                raise ConfigError(BAD_DURATIONS.format(path=path, why="not a regular file"))
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
         except FileNotFoundError:
             if missing_ok:
                 return cls()
             raise ConfigError(BAD_DURATIONS.format(path=path, why="no such file")) from None
+        except ConfigError:
+            raise
+        except RecursionError:
+            raise ConfigError(BAD_DURATIONS.format(path=path, why="nested too deeply")) from None
         except (OSError, ValueError) as exc:
             raise ConfigError(BAD_DURATIONS.format(path=path, why=exc)) from None
-        return cls(_seconds(data, "tests", path), _seconds(data, "worlds", path))
+        loaded = cls(_seconds(data, "tests", path), _seconds(data, "worlds", path))
+        loaded.pending_count, loaded.pending = _pending(data, path)
+        return loaded
+
+    def _json(self) -> Dict[str, object]:
+        return {"tests": dict(sorted(self.tests.items())), "worlds": dict(sorted(self.worlds.items()))}
 
     def save(self, path: str) -> None:
         """Write the record to ``path`` at once (``wire/files.write_text``: a regular file through a temporary
         file renamed, keeping its mode), sorted, so that diffs stay small."""
-        data = {"version": DURATIONS_VERSION, "tests": dict(sorted(self.tests.items())),
-                "worlds": dict(sorted(self.worlds.items()))}
+        data: Dict[str, object] = {"version": DURATIONS_VERSION, **self._json()}
+        if self.pending:
+            data["pending"] = {"count": self.pending_count,
+                               "shards": {str(i): self.pending[i]._json() for i in sorted(self.pending)}}
         files.write_text(path, json.dumps(data, indent=1) + "\n")
 
     def update(self, other: "Durations") -> None:
         """Take ``other``'s records over this one's (a shard's run updates only its own tests)."""
         self.tests.update(other.tests)
         self.worlds.update(other.worlds)
+
+    def record(self, run: "Durations", shard: Optional[Shard]) -> List[int]:
+        """Add the records of one job's ``run`` to the file the shards read; the shards still to store.
+
+        Without a shard (or of one shard) they are committed at once.  A shard's records stay
+        pending, so that the other jobs of its run split on the same committed records as it
+        did, whichever order they run in; a job of the same shard replaces its shard's
+        (a job run again), one of another shard count starts a new run's.  Once all
+        ``shard.count`` shards stored, their records are committed, shard 1 first.
+        """
+        if shard is None or shard.count == 1:
+            self.update(run)
+            return []
+        if self.pending_count != shard.count:
+            self.pending, self.pending_count = {}, shard.count
+        self.pending[shard.index] = Durations(dict(run.tests), dict(run.worlds))
+        missing = [index for index in range(1, shard.count + 1) if index not in self.pending]
+        if not missing:
+            for index in sorted(self.pending):
+                self.update(self.pending[index])
+            self.pending, self.pending_count = {}, 0
+        return missing
 
     def test_seconds(self, test: str) -> float:
         """Recorded seconds of ``test``, else the median of the recorded tests."""
@@ -191,6 +259,26 @@ def _seconds(data: object, key: str, path: str) -> Dict[str, float]:
             isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in values.values()):
         raise ConfigError(BAD_DURATIONS.format(path=path, why=f"{key!r} must map ids to seconds"))
     return {str(k): float(v) for k, v in values.items()}
+
+
+def _pending(data: Dict[str, object], path: str) -> Tuple[int, Dict[int, Durations]]:
+    """The ``pending`` part: the shard count of the run in progress and each stored shard's records."""
+    pending = data.get("pending")
+    if pending is None:
+        return 0, {}
+    why = 'expected "pending" to be {"count": N, "shards": {"I": {"tests": ..., "worlds": ...}}}'
+    if not isinstance(pending, dict) or not isinstance(pending.get("shards"), dict):
+        raise ConfigError(BAD_DURATIONS.format(path=path, why=why))
+    count = pending.get("count")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 2:
+        raise ConfigError(BAD_DURATIONS.format(path=path, why=why))
+    shards: Dict[int, Durations] = {}
+    for key, part in pending["shards"].items():
+        if not (1 <= (digits(key) or 0) <= count and isinstance(part, dict)):
+            raise ConfigError(BAD_DURATIONS.format(path=path, why=why))
+        records = {**part, "version": DURATIONS_VERSION}
+        shards[int(key.strip())] = Durations(_seconds(records, "tests", path), _seconds(records, "worlds", path))
+    return count, shards
 
 
 def _median(values: Dict[str, float], default: float) -> float:

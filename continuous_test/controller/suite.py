@@ -4,7 +4,7 @@ Called once per run with the whole loaded suite, after unittest's own selection
 (test names, ``-k``), from unittest's ``TestProgram.runTests`` (``run_tests()``,
 ``python -m unittest``, torch's ``run_tests()`` in a migrated file)::
 
-    loaded suite ─► flat list of tests ─► shard I of N (CONTINUOUS_TEST_SHARD, or a Slurm job array)
+    loaded suite ─► flat list of tests ─► shard I of N (CONTINUOUS_TEST_SHARD: I/N, or slurm)
                                               ─► repeats (CONTINUOUS_TEST_REPEAT, CONTINUOUS_TEST_REPEAT_FRESH)
                                               ─► the suite the runner runs
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from continuous_test.errors import (
+    ConfigError,
     ExpectMismatchError,
     InconsistentSkipError,
     RankDiedError,
@@ -84,6 +85,10 @@ TEMPLATE_DIED = (
     "(killed by a test, or by the OOM killer)"
 )
 UNEXPECTED_ENDING = "{test}: {ranks} did not end as expected"
+NO_SUCH_RANK = (
+    "{test}: @expect_exit(ranks={ranks}) names {missing}, which does not exist: the test ran at world size "
+    "{world_size} ({existing}); name ranks below the world size, or give the test a larger world_size"
+)
 EXPECT_DIFFERS = (
     "under EXPECTTEST_ACCEPT=1 the value checked at {where} differs between ranks; "
     "rank {ref}'s value was written to the file:\n{values}"
@@ -359,6 +364,12 @@ def judge_endings(
     timeline: Optional[Callable[[], Optional[Timeline]]] = None,
 ) -> Verdict:
     """Judge the endings of fresh ranks against the declared ones; with ``faults``, merge as :func:`merge` does."""
+    missing = [r for r in (expected.ranks or ()) if r >= world_size] if expected is not None else []
+    if missing:  # a declaration that checks nothing at this size: the test is wrong, not its ranks
+        assert expected is not None and expected.ranks is not None
+        message = NO_SUCH_RANK.format(test=test, ranks=list(expected.ranks), missing=rank_list(missing),
+                                      world_size=world_size, existing=rank_list(range(world_size)))
+        return Verdict(Status.FAIL, error=ConfigError(message), restart_world=True)
     if faults:
         outcomes = {r: e.outcome for r, e in endings.items() if e.outcome is not None}
         return merge(test, world_size, outcomes, faults, outputs, grace=grace, time_limit=time_limit,

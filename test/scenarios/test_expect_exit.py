@@ -4,6 +4,7 @@ Each test here must FAIL: a subtest that failed before the declared exit, an
 assertion that failed on a rank declared to exit with 10 (the code a failed rank
 exits with anyway), and a rank whose own assertion failed while another rank's
 ending was wrong.  ``test_d_passes`` is the control: the declared exit, nothing else.
+``NoSuchRankTest`` declares the exit of rank 1 at world size 1: it checks nothing, and fails so.
 """
 import sys
 
@@ -34,6 +35,15 @@ class ExpectExitTest(MultiProcessTestCase):
 
     @expect_exit(3, ranks=[1])
     def test_d_passes(self):
+        if self.rank == 1:
+            sys.exit(3)
+
+
+class NoSuchRankTest(MultiProcessTestCase):
+    world_size = 1
+
+    @expect_exit(3, ranks=[1])
+    def test_rank_one_exits(self):
         if self.rank == 1:
             sys.exit(3)
 
