@@ -16,8 +16,10 @@ signal handlers, warnings filters, the controller's run log, bisect budget and t
 runner in use; every world the run left is stopped, and so is a template it forked.
 
 Not everything can run here.  :func:`reason_for_real` names what needs the real
-process: a main block other than ``run_tests()``, xdist (``-n``), a ``PYTHONPATH``
-of its own, a working directory of its own, a launcher's variables.  ``CT_SCENARIOS=subprocess``
+process: a main block other than ``run_tests()``, xdist (``-n``), a working
+directory of its own, a launcher's variables.  A ``PYTHONPATH`` of its own goes on
+``sys.path`` as the interpreter would put it there, and the run forks a template of
+its own, whose ranks have it too.  ``CT_SCENARIOS=subprocess``
 (the suite's ``--scenarios=subprocess``) makes every scenario run a real process, as
 pytest's ``--runpytest=subprocess`` does.
 """
@@ -65,8 +67,6 @@ def reason_for_real(runner: str, scenario: str, args: Sequence[str], env: Option
         return "not a scenario file"
     if env and any(k.startswith(_LAUNCHER_PREFIXES) or k in _LAUNCHER_NAMES for k in env):
         return "a launcher's variables: the process would be a launched rank"
-    if env and "PYTHONPATH" in env:
-        return "a PYTHONPATH of its own (the template's sys.path would not have it)"
     if runner == "unittest":
         return None if all((SCENARIOS / f"{a.split('.')[0]}.py").is_file() for a in args if not a.startswith("-")) \
             else "not scenario modules"
@@ -126,8 +126,11 @@ def _run(args: List[str], argv: List[str], env: Dict[str, str], timeout: float, 
     tiers.uses("world", "runs a scenario in process")
     from continuous_test.template import server
 
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    if paths:
+        server.stop_forked()  # the template's sys.path is the one it was forked with: this run forks its own
     template_before = server.forked_pid()
-    with _scoped(env, argv, own), _captured() as output:
+    with _scoped(env, argv, own, paths), _captured() as output:
         # A hang is a bug of the run: end this process with every thread's stack, as the
         # subprocess's timeout would have ended the run.
         faulthandler.dump_traceback_later(timeout, exit=True)
@@ -163,7 +166,7 @@ def _stop_worlds(template_before: Optional[int]) -> None:
 
 
 @contextlib.contextmanager
-def _scoped(env: Dict[str, str], argv: List[str], own: List[str]) -> Iterator[None]:
+def _scoped(env: Dict[str, str], argv: List[str], own: List[str], paths: List[str]) -> Iterator[None]:
     """The process state of a fresh run for the block, put back after it."""
     from continuous_test.controller import bisect, progress, run_log
 
@@ -179,7 +182,7 @@ def _scoped(env: Dict[str, str], argv: List[str], own: List[str]) -> Iterator[No
     os.environ.update(env)
     os.chdir(SCENARIOS)
     sys.argv[:] = argv
-    sys.path.insert(0, str(SCENARIOS))
+    sys.path[:0] = [str(SCENARIOS), *paths]  # the script's directory, then PYTHONPATH's entries
     progress.use_unittest()
     run_log.reset()
     tempfile.tempdir = None  # read from TMPDIR again

@@ -415,7 +415,7 @@ def test_cleanup_a_test_registers_runs_at_its_ranks_end_and_inherited_cleanup_ne
 LEAK_RULES = {"PYTHONPATH": os.pathsep.join([str(helpers.ROOT), str(helpers.SCENARIOS / "leaklib")]), **NO_BISECT}
 
 
-@pytest.mark.e2e
+@pytest.mark.world
 def test_what_a_first_import_sets_for_itself_is_kept_and_not_reported():
     # sys.path entries inside a module first imported during the test, warnings
     # filters about such a module, and the variables torch sets for itself are the
@@ -428,7 +428,7 @@ def test_what_a_first_import_sets_for_itself_is_kept_and_not_reported():
     assert "TORCHINDUCTOR_CACHE_DIR" not in proc.stderr, describe(proc)
 
 
-@pytest.mark.e2e
+@pytest.mark.world
 def test_ddp_and_device_mesh_in_every_test_are_no_leak():
     # The first DDP of a process sets TORCHINDUCTOR_CACHE_DIR (torch 2.13); each DeviceMesh
     # makes subgroups.  Under 'fail' every such test used to fail (each failure restarted
@@ -453,7 +453,7 @@ def test_what_libraries_do_for_themselves_is_no_leak():
         sys.setrecursionlimit(limit)
 
 
-@pytest.mark.e2e
+@pytest.mark.world
 def test_umask_recursion_limit_tracing_and_timers_are_watched_and_put_back():
     proc = helpers.python("test_leak_rules.py", "MissedTest", env=LEAK_RULES)
     assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
@@ -464,7 +464,7 @@ def test_umask_recursion_limit_tracing_and_timers_are_watched_and_put_back():
         assert f"left {item}" in proc.stderr, describe(proc)
 
 
-@pytest.mark.e2e
+@pytest.mark.world
 def test_a_child_in_a_session_of_its_own_does_not_outlive_the_run():
     from continuous_test._procfs import running
 
@@ -478,7 +478,7 @@ def test_a_child_in_a_session_of_its_own_does_not_outlive_the_run():
     assert not any(map(running, pids)), pids
 
 
-@pytest.mark.e2e
+@pytest.mark.world
 def test_a_thread_that_reuses_an_ended_threads_ident_is_still_a_leak():
     proc = helpers.python("test_leak_rules.py", "ThreadTest", env=LEAK_RULES)
     assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
@@ -487,7 +487,7 @@ def test_a_thread_that_reuses_an_ended_threads_ident_is_still_a_leak():
     assert "fakelib-watcher" not in proc.stderr, describe(proc)  # a library's, ended in the next test
 
 
-@pytest.mark.e2e
+@pytest.mark.world
 def test_a_daemon_thread_the_test_left_is_a_leak_and_a_librarys_pool_is_kept():
     proc = helpers.python("test_leak_rules.py", "-v", "DaemonTest", env=LEAK_RULES)
     assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
@@ -500,7 +500,7 @@ def test_a_daemon_thread_the_test_left_is_a_leak_and_a_librarys_pool_is_kept():
 
 
 
-@pytest.mark.e2e
+@pytest.mark.world
 def test_fail_policy_fails_the_test_that_left_a_daemon_thread_and_not_a_librarys_pool():
     proc = helpers.python("test_leak_rules.py", "-v", "DaemonTest", env={**LEAK_RULES, config.ENV_LEAKS: "fail"})
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
