@@ -81,7 +81,7 @@ VISIBILITY = {
     "mlu": "MLU_VISIBLE_DEVICES",
 }
 # Backends that only run on accelerator devices: a class naming one needs devices whatever its device_type says.
-ACCELERATOR_BACKENDS = frozenset({"nccl", "xccl", "hccl", "cncl", "ucc"})
+ACCELERATOR_BACKENDS = config.ACCELERATOR_BACKENDS
 SIMULATED = "simulated"
 SIMULATED_VARIABLE = "CUDA_VISIBLE_DEVICES"
 # Between two looks at a busy pool: no kernel event says that another process
@@ -433,7 +433,7 @@ def lease_for(device_type: str, need: Callable[[int], int], owner: str,
     devices (its test asks for GPUs) leases from the host's accelerator.  The
     controller's one entry point, with the run's bound and heartbeat.
     """
-    kind = device_type if device_type != "cpu" or simulated_devices(env) is not None else _accelerator()
+    kind = device_type if device_type != "cpu" or simulated_devices(env) is not None else config.accelerator()
     pool = pool_for(kind, env) if kind is not None else None
     if pool is None:
         return None
@@ -444,10 +444,3 @@ def lease_for(device_type: str, need: Callable[[int], int], owner: str,
 
     return pool.lease(count, owner, device_wait(env), progress.note_waiting(), make_room,
                       progress.heartbeat_seconds(env))
-
-
-def _accelerator() -> Optional[str]:
-    import torch
-
-    accel = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
-    return None if accel is None else accel.type
