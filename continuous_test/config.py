@@ -85,6 +85,7 @@ __all__ = [
     "device_count",
     "accelerator",
     "default_backend",
+    "DeviceSkip",
     "ACCELERATOR_BACKENDS",
     "resolve_fresh",
     "with_world_size",
@@ -528,8 +529,16 @@ def _backend(cls: type, device: str, world_size: int) -> Optional[str]:
     return spec
 
 
+class DeviceSkip(unittest.SkipTest):
+    """The skip of a class this host lacks the devices or the backend for (a plain ``SkipTest`` to the runner).
+
+    The controller counts them (``controller/run_log.py``): a run whose every
+    distributed test skipped so ends with a line that says why.
+    """
+
+
 def _skip(reason: str) -> NoReturn:
-    raise unittest.SkipTest(reason)
+    raise DeviceSkip(reason)
 
 
 def backend_names(spec: Optional[str]) -> list:

@@ -140,6 +140,62 @@ def test_a_cuda_build_without_a_gpu_runs_on_cpu_and_gloo():
     assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
 
 
+# -- a run that skipped everything says so -------------------------------------------------
+
+
+def _all_skipped_line():
+    import torch.distributed as dist
+
+    from continuous_test import config
+    from continuous_test.controller import run_log
+
+    nccl = (config.BACKEND_NEEDS_DEVICES.format(cls="NamedNccl", needed=2, device="cuda", name="nccl", found=0)
+            if dist.is_nccl_available() else config.BACKEND_UNAVAILABLE.format(cls="NamedNccl", name="nccl"))
+    cuda = config.NO_DEVICES.format(cls="NamedCuda", needed=2, device="cuda", found=0)
+    return run_log.ALL_SKIPPED.format(n=3, s="s", reasons=f"{cuda}; {nccl}")
+
+
+def _no_gpu_here():
+    from continuous_test import config
+
+    return config.accelerator() is None
+
+
+needs_no_gpu = pytest.mark.skipif(not _no_gpu_here(), reason="this host has the devices test_all_skipped.py asks for")
+
+
+@pytest.mark.world
+@needs_no_gpu
+def test_a_run_whose_every_distributed_test_skipped_ends_saying_why():
+    proc = helpers.python("test_all_skipped.py", "NamedCuda", "NamedNccl")
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 3, "skipped": 3}, describe(proc)
+    assert proc.stderr.splitlines()[-1] == _all_skipped_line(), describe(proc)
+    # One test that ran: no such line.
+    proc = helpers.python("test_all_skipped.py")
+    assert unittest_counts(proc.stderr) == {"ran": 4, "skipped": 3}, describe(proc)
+    assert "distributed test" not in proc.stderr, describe(proc)
+
+
+@pytest.mark.world
+@needs_no_gpu
+def test_under_pytest_the_terminal_summary_says_why_every_distributed_test_skipped():
+    proc = helpers.pytest("test_all_skipped.py", "-rs", "-k", "Named")
+    assert proc.returncode == 0, describe(proc)
+    lines = proc.stdout.splitlines()
+    assert lines[-2:] == [_all_skipped_line(), lines[-1]] and "3 skipped, 1 deselected" in lines[-1], describe(proc)
+    proc = helpers.pytest("test_all_skipped.py")
+    assert "distributed test" not in proc.stdout, describe(proc)
+
+
+@pytest.mark.e2e
+@needs_no_gpu
+def test_under_xdist_the_workers_skips_add_up():
+    proc = helpers.pytest("test_all_skipped.py", "-n", "2", "--dist", "loadscope", "-k", "Named")
+    assert proc.returncode == 0, describe(proc)
+    assert _all_skipped_line() in proc.stdout.splitlines()[-2:], describe(proc)
+
+
 def test_torchs_decorators_say_what_a_test_requires():
     from torch.testing._internal.common_distributed import requires_world_size, skip_if_lt_x_gpu
 

@@ -252,8 +252,8 @@ class Pool:
         """Take ``need`` devices, waiting at most ``bound`` s; SkipTest if the pool is smaller, DeviceWaitError
         when the bound passes.  ``make_room`` is called once before waiting; ``beat`` gets a line now and then."""
         if need > len(self.ids):
-            raise unittest.SkipTest(TOO_MANY.format(owner=owner, need=need, kind=self.kind, total=len(self.ids),
-                                                    where=self.source))
+            raise config.DeviceSkip(TOO_MANY.format(owner=owner, need=need, kind=self.kind, total=len(self.ids),
+                                                     where=self.source))
         return _Acquire(self, need, owner, bound, beat, make_room, heartbeat).run()
 
     def _file(self, device: str) -> str:
