@@ -7,6 +7,7 @@ do not pay for importing torch.  Where each part of the package runs is in its p
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from typing import Any
 
@@ -71,10 +72,31 @@ _WHERE = {
 }
 
 
+# The oldest torch this package supports: setup.py's install_requires bound (test_config.py checks they agree).
+MIN_TORCH = (2, 2)
+TORCH_TOO_OLD = "continuous_test needs torch {need} or newer (found torch {found}); upgrade torch"
+
+
+# The public names' modules that import no torch (a decorator, the exceptions).
+_TORCH_FREE = frozenset({"continuous_test.errors", "continuous_test.config", "continuous_test.fresh_worlds"})
+
+
+def check_torch(torch: Any) -> None:
+    """Raise ImportError, in one line naming both releases, when ``torch`` is older than :data:`MIN_TORCH`."""
+    found = str(getattr(torch, "__version__", ""))
+    match = re.match(r"(\d+)\.(\d+)", found)
+    if match is not None and (int(match.group(1)), int(match.group(2))) < MIN_TORCH:
+        raise ImportError(TORCH_TOO_OLD.format(need=".".join(map(str, MIN_TORCH)), found=found))
+
+
 def __getattr__(name: str) -> Any:
     module = "continuous_test.errors" if name in errors.__all__ else _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'continuous_test' has no attribute {name!r}")
+    if module not in _TORCH_FREE:
+        import torch  # checked before any module that needs it runs
+
+        check_torch(torch)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -250,9 +250,8 @@ class MultiProcContinuousTest(TestCase):
 
     @classmethod
     def device_type(cls) -> str:
-        """The device each rank uses: the current accelerator's type, else ``cpu``."""
-        accel = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
-        return "cpu" if accel is None else accel.type
+        """The device each rank uses: the accelerator this host has at run time (``config.accelerator()``), else ``cpu``."""
+        return config.accelerator() or "cpu"
 
     @classmethod
     def opts(cls, high_priority_stream: bool = False) -> Any:
@@ -273,7 +272,9 @@ class MultiProcContinuousTest(TestCase):
 
         cls.rdvz_file = rdvz_file
         store = cls._ct_store if cls._ct_store is not None else dist.FileStore(rdvz_file, world_size)
-        dist.init_process_group(backend=cls.backend_str(), world_size=world_size, rank=rank, store=store,
+        backend = cls.backend_str()
+        dist.init_process_group(backend=config.default_backend() if backend is None else backend,
+                                world_size=world_size, rank=rank, store=store,
                                 pg_options=cls.opts(), timeout=cls.timeout)
         cls.pg = dist.distributed_c10d._get_default_group()
 

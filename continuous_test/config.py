@@ -83,6 +83,10 @@ __all__ = [
     "check_switches",
     "resolve_device_type",
     "device_count",
+    "accelerator",
+    "default_backend",
+    "DeviceSkip",
+    "ACCELERATOR_BACKENDS",
     "resolve_fresh",
     "with_world_size",
     "backend_names",
@@ -163,6 +167,7 @@ NOT_IMPORTABLE = (
 )
 UNKNOWN_BACKEND = "{cls}.backend_str() returned unknown backend {name!r}; known backends: {known}"
 NO_DEVICES = "{cls} needs {needed} {device} device(s), found {found}"
+BACKEND_NEEDS_DEVICES = "{cls} needs {needed} {device} device(s) for backend {name!r}, found {found}"
 BACKEND_UNAVAILABLE = (
     "{cls}: backend {name!r} is not available on this machine (this build of torch, or no device for it); "
     "the class is skipped"
@@ -452,11 +457,51 @@ def _world_size(cls: type, device: str) -> int:
     return value
 
 
+# Backends that only run on accelerator devices, and the device type each runs on: a class
+# naming one needs devices whatever its device_type says (controller/devices.py leases them).
+BACKEND_DEVICE = {"nccl": "cuda", "xccl": "xpu", "hccl": "hpu", "cncl": "mlu", "ucc": "cuda"}
+ACCELERATOR_BACKENDS = frozenset(BACKEND_DEVICE)
+
+
 def device_count(device: str) -> int:
-    """How many devices of type ``device`` torch sees in this process."""
+    """How many devices of type ``device`` torch sees in this process (0 for a type this build lacks).
+
+    For CUDA this is ``torch.cuda.device_count()``, which asks NVML first and so
+    creates no CUDA context (it does not poison fork); only where NVML cannot be
+    loaded does torch fall back to the CUDA runtime, which without a driver finds 0.
+    """
     import torch
 
-    return int(torch.get_device_module(device).device_count())
+    try:
+        module = torch.get_device_module(device)
+    except (RuntimeError, AttributeError, ValueError):
+        return 0
+    return int(module.device_count())
+
+
+def accelerator() -> Optional[str]:
+    """The accelerator this process uses, or None for cpu and gloo: the one rule for devices and backends.
+
+    torch's current accelerator (``torch.accelerator.current_accelerator()``) is the
+    one the build was compiled for: a CUDA build names ``cuda`` on a host without a
+    GPU.  So it counts only when this host has at least one of its devices now
+    (:func:`device_count`, which initializes no CUDA in the controller or the
+    template).  Every place that picks a device or a backend asks this: the bases'
+    ``device_type()``, torch's bases, device leases, the default backend.
+    """
+    import torch
+
+    if hasattr(torch, "accelerator"):
+        current = torch.accelerator.current_accelerator()  # a compile-time answer: no device is touched
+        kind = None if current is None else current.type
+    else:  # torch before 2.6: CUDA (or ROCm, which torch calls cuda) is the accelerator it knows
+        kind = "cuda" if torch.backends.cuda.is_built() else None
+    return kind if kind is not None and device_count(kind) > 0 else None
+
+
+def default_backend() -> Optional[str]:
+    """The backend of a class whose ``backend_str()`` is None: torch's pick with an accelerator, else gloo."""
+    return None if accelerator() is not None else "gloo"
 
 
 def _default_world_size(cls: type, device: str) -> int:
@@ -485,11 +530,25 @@ def _backend(cls: type, device: str, world_size: int) -> Optional[str]:
         found = device_count(device)
         if found < world_size:
             _skip(NO_DEVICES.format(cls=cls.__qualname__, needed=world_size, device=device, found=found))
+    for name in backend_names(spec):
+        needs = BACKEND_DEVICE.get(name)
+        found = device_count(needs) if needs is not None and needs != device else world_size
+        if needs is not None and found < world_size:
+            _skip(BACKEND_NEEDS_DEVICES.format(cls=cls.__qualname__, needed=world_size, device=needs, name=name,
+                                               found=found))
     return spec
 
 
+class DeviceSkip(unittest.SkipTest):
+    """The skip of a class this host lacks the devices or the backend for (a plain ``SkipTest`` to the runner).
+
+    The controller counts them (``controller/run_log.py``): a run whose every
+    distributed test skipped so ends with a line that says why.
+    """
+
+
 def _skip(reason: str) -> NoReturn:
-    raise unittest.SkipTest(reason)
+    raise DeviceSkip(reason)
 
 
 def backend_names(spec: Optional[str]) -> list:

@@ -36,8 +36,6 @@ import time
 import unittest
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TypeVar, Union
 
-import torch
-
 from continuous_test import _role, config
 from continuous_test._role import ProcessRole
 from continuous_test.case import TestCase
@@ -63,9 +61,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _default_world_size() -> int:
-    # torch's DEFAULT_WORLD_SIZE, so existing files keep their world size.
-    if torch.cuda.is_available():
-        return min(4, max(2, torch.cuda.device_count()))
+    # torch's DEFAULT_WORLD_SIZE, so existing files keep their world size; the accelerator as config's rule sees it.
+    kind = config.accelerator()
+    if kind is not None:
+        return min(4, max(2, config.device_count(kind)))
     return 4
 
 
@@ -324,7 +323,8 @@ class MultiProcessTestCase(TestCase):
         previous = os.environ.get(ENV_TORCH_INIT_BARRIER)
         os.environ[ENV_TORCH_INIT_BARRIER] = "0"
         try:
-            dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size, store=store, **kwargs)
+            dist.init_process_group(backend=config.default_backend() if backend is None else backend, rank=self.rank,
+                                    world_size=self.world_size, store=store, **kwargs)
         finally:
             if previous is None:
                 del os.environ[ENV_TORCH_INIT_BARRIER]

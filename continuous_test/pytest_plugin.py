@@ -140,6 +140,8 @@ _SAVED_ENV = pytest.StashKey[dict]()
 _OUTCOME = pytest.StashKey[str]()  # how a test ended so far, in the run report's words
 _PARTS = pytest.StashKey[list]()  # the run reports xdist's workers sent
 WORKER_OUTPUT_KEY = "continuous_test_run_report"
+_TALLIES = pytest.StashKey[list]()  # xdist's workers' counts of distributed tests and device skips
+WORKER_TALLY_KEY = "continuous_test_device_tally"
 _RECORDER = "continuous_test.recorder"
 
 
@@ -703,10 +705,36 @@ def _not_written(message: str) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    """xdist, in the main process: keep the run report a worker sent as it finished."""
-    part = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+    """xdist, in the main process: keep the run report and the device tally a worker sent as it finished."""
+    output = getattr(node, "workeroutput", {})
+    part = output.get(WORKER_OUTPUT_KEY)
     if part is not None:
         node.config.stash.setdefault(_PARTS, []).append(part)
+    tally = output.get(WORKER_TALLY_KEY)
+    if tally is not None:
+        node.config.stash.setdefault(_TALLIES, []).append(tally)
+
+
+@pytest.hookimpl(specname="pytest_sessionfinish")
+def pytest_sessionfinish_tally(session: pytest.Session) -> None:
+    """An xdist worker sends the main process its count of distributed tests and of device skips."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        from continuous_test.controller import run_log
+
+        workeroutput[WORKER_TALLY_KEY] = run_log.log().device_tally()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True, specname="pytest_terminal_summary")
+def pytest_terminal_summary_all_skipped(terminalreporter: Any) -> Any:
+    """After pytest's own summary (its short test summary included), when every distributed test skipped
+    for want of devices or a backend: one line that says so and why, just above pytest's counts."""
+    yield
+    from continuous_test.controller import run_log
+
+    line = run_log.all_skipped_line([run_log.log().device_tally(), *terminalreporter.config.stash.get(_TALLIES, [])])
+    if line is not None:
+        terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(specname="pytest_runtest_makereport")

@@ -194,6 +194,8 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     finally:
         if not silent:
             write_reports(reports.get(ENV_REPORT), reports.get(ENV_REPORT_HTML), sources=_SOURCES, on_error=_warn)
+    if not silent:
+        _say_if_all_skipped()
     sys.exit(0 if program.result.wasSuccessful() else 1)
 
 
@@ -223,6 +225,16 @@ def _report_paths() -> Dict[str, str]:
 
 def _warn(message: str) -> None:
     print(message, file=sys.stderr)
+
+
+def _say_if_all_skipped() -> None:
+    """End the output with why, when every distributed test skipped for want of devices or a backend."""
+    from continuous_test.controller import run_log
+
+    line = run_log.all_skipped_line([run_log.log().device_tally()])
+    if line is not None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 def write_reports(json_path: Optional[str], html_path: Optional[str], parts: Sequence[dict] = (),

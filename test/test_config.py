@@ -164,5 +164,50 @@ def test_resolve_reads_torch_override_points_once():
         assert config.resolve(Sized, check_importable=False).world_size == 5
 
 
+# -- the torch this package needs ---------------------------------------------------------
+
+
+def test_the_oldest_torch_is_setup_pys_bound():
+    import re
+    from pathlib import Path
+
+    import continuous_test
+
+    setup = (Path(continuous_test.__file__).resolve().parent.parent / "setup.py").read_text()
+    [bound] = re.findall(r'"torch>=([0-9.]+)"', setup)
+    assert tuple(int(part) for part in bound.split(".")) == continuous_test.MIN_TORCH
+
+
+@pytest.mark.parametrize("version, too_old", [("2.1.2", True), ("1.13.1+cu117", True), ("2.2.0", False),
+                                              ("2.13.0+cpu", False), ("2.14.0.dev20260101", False)])
+def test_a_torch_older_than_the_bound_is_named(version, too_old):
+    import types
+
+    import continuous_test
+
+    fake = types.SimpleNamespace(__version__=version)
+    if not too_old:
+        continuous_test.check_torch(fake)
+        return
+    with pytest.raises(ImportError) as raised:
+        continuous_test.check_torch(fake)
+    assert str(raised.value) == f"continuous_test needs torch 2.2 or newer (found torch {version}); upgrade torch"
+
+
+@pytest.mark.e2e
+def test_importing_the_bases_with_a_too_old_torch_fails_in_one_line():
+    import sys
+
+    import helpers
+
+    code = ("import torch; torch.__version__ = '2.1.0'\n"
+            "from continuous_test import MultiProcContinuousTest")
+    proc = helpers.run([sys.executable, "-c", code])
+    assert proc.returncode == 1, helpers.describe(proc)
+    assert proc.stderr.splitlines()[-1] == ("ImportError: continuous_test needs torch 2.2 or newer (found torch 2.1.0); "
+                                            "upgrade torch"), helpers.describe(proc)
+    assert "continuous_test.case" not in proc.stderr, helpers.describe(proc)  # stopped before its modules ran
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

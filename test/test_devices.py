@@ -55,6 +55,147 @@ def test_a_cpu_world_needs_none_an_accelerator_world_one_device_per_rank():
     assert devices.devices_needed(3, "cpu", "gloo", env={ENV_SIMULATE_DEVICES: "4"}) == 3
 
 
+# -- which accelerator: the one rule (config.accelerator) ------------------------------------
+
+
+@pytest.fixture
+def cuda_build(monkeypatch):
+    """Make torch look like a CUDA build (its compile-time accelerator is cuda) with ``gpus[0]`` GPUs."""
+    import torch
+
+    gpus = [0]
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus[0])
+    return gpus
+
+
+def test_a_cuda_build_uses_cuda_only_where_this_host_has_a_gpu(cuda_build):
+    from continuous_test import MultiProcContinuousTest, config, multiprocess
+
+    # No GPU here: cpu and gloo, everywhere a device or a backend is picked.
+    assert config.accelerator() is None
+    assert MultiProcContinuousTest.device_type() == "cpu"
+    assert config.default_backend() == "gloo"
+    assert multiprocess._default_world_size() == 4
+    assert devices.lease_for("cpu", lambda size: size, "owner", env={}) is None
+    cuda_build[0] = 2
+    assert config.accelerator() == "cuda"
+    assert MultiProcContinuousTest.device_type() == "cuda"
+    assert config.default_backend() is None  # torch's pick for the device: nccl for cuda
+    assert multiprocess._default_world_size() == 2
+
+
+def test_a_class_that_names_nccl_or_cuda_skips_saying_why(cuda_build):
+    from continuous_test import MultiProcContinuousTest, config
+
+    class NamesCuda(MultiProcContinuousTest):
+        world_size = 2
+
+        @classmethod
+        def device_type(cls):
+            return "cuda"
+
+    class NamesNccl(MultiProcContinuousTest):
+        world_size = 2
+
+        @classmethod
+        def backend_str(cls):
+            return "nccl"
+
+    with pytest.raises(unittest.SkipTest, match=r"\.NamesCuda needs 2 cuda device\(s\), found 0$"):
+        config.resolve(NamesCuda, check_importable=False)
+    with pytest.raises(unittest.SkipTest) as skipped:
+        config.resolve(NamesNccl, check_importable=False)
+    import torch.distributed as dist
+
+    if dist.is_nccl_available():  # a CUDA build: nccl is there, its devices are not
+        assert str(skipped.value).endswith(".NamesNccl needs 2 cuda device(s) for backend 'nccl', found 0")
+    else:
+        assert "backend 'nccl' is not available" in str(skipped.value)
+
+
+def test_asking_which_accelerator_initializes_no_cuda():
+    # On a CUDA build, torch.cuda.is_available() (without PYTORCH_NVML_BASED_CUDA_CHECK=1) initializes the
+    # driver, and a template forked from this process could not use CUDA: the rule asks NVML's count.
+    import torch
+
+    from continuous_test import MultiProcContinuousTest, config
+
+    def driver_loaded():
+        with open("/proc/self/maps") as maps:
+            return any("libcuda.so" in line for line in maps)
+
+    before = (torch.cuda.is_initialized(), driver_loaded())
+    config.accelerator()
+    MultiProcContinuousTest.device_type()
+    config.default_backend()
+    assert (torch.cuda.is_initialized(), driver_loaded()) == before == (False, False)
+
+
+@pytest.mark.e2e
+def test_a_cuda_build_without_a_gpu_runs_on_cpu_and_gloo():
+    # real: the scenario makes every process that imports it look like a CUDA build.
+    proc = helpers.python("test_cuda_build_no_gpu.py", "-v", real=True)
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
+
+
+# -- a run that skipped everything says so -------------------------------------------------
+
+
+def _all_skipped_line():
+    import torch.distributed as dist
+
+    from continuous_test import config
+    from continuous_test.controller import run_log
+
+    nccl = (config.BACKEND_NEEDS_DEVICES.format(cls="NamedNccl", needed=2, device="cuda", name="nccl", found=0)
+            if dist.is_nccl_available() else config.BACKEND_UNAVAILABLE.format(cls="NamedNccl", name="nccl"))
+    cuda = config.NO_DEVICES.format(cls="NamedCuda", needed=2, device="cuda", found=0)
+    return run_log.ALL_SKIPPED.format(n=3, s="s", reasons=f"{cuda}; {nccl}")
+
+
+def _no_gpu_here():
+    from continuous_test import config
+
+    return config.accelerator() is None
+
+
+needs_no_gpu = pytest.mark.skipif(not _no_gpu_here(), reason="this host has the devices test_all_skipped.py asks for")
+
+
+@pytest.mark.world
+@needs_no_gpu
+def test_a_run_whose_every_distributed_test_skipped_ends_saying_why():
+    proc = helpers.python("test_all_skipped.py", "NamedCuda", "NamedNccl")
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 3, "skipped": 3}, describe(proc)
+    assert proc.stderr.splitlines()[-1] == _all_skipped_line(), describe(proc)
+    # One test that ran: no such line.
+    proc = helpers.python("test_all_skipped.py")
+    assert unittest_counts(proc.stderr) == {"ran": 4, "skipped": 3}, describe(proc)
+    assert "distributed test" not in proc.stderr, describe(proc)
+
+
+@pytest.mark.world
+@needs_no_gpu
+def test_under_pytest_the_terminal_summary_says_why_every_distributed_test_skipped():
+    proc = helpers.pytest("test_all_skipped.py", "-rs", "-k", "Named")
+    assert proc.returncode == 0, describe(proc)
+    lines = proc.stdout.splitlines()
+    assert lines[-2:] == [_all_skipped_line(), lines[-1]] and "3 skipped, 1 deselected" in lines[-1], describe(proc)
+    proc = helpers.pytest("test_all_skipped.py")
+    assert "distributed test" not in proc.stdout, describe(proc)
+
+
+@pytest.mark.e2e
+@needs_no_gpu
+def test_under_xdist_the_workers_skips_add_up():
+    proc = helpers.pytest("test_all_skipped.py", "-n", "2", "--dist", "loadscope", "-k", "Named")
+    assert proc.returncode == 0, describe(proc)
+    assert _all_skipped_line() in proc.stdout.splitlines()[-2:], describe(proc)
+
+
 def test_torchs_decorators_say_what_a_test_requires():
     from torch.testing._internal.common_distributed import requires_world_size, skip_if_lt_x_gpu
 

@@ -8,10 +8,18 @@ import sys
 import helpers
 import pytest
 import torch
+import torch.distributed as dist
 from helpers import ROOT, describe
 
+from continuous_test import config
+
 CHECK = ROOT / "test" / "gpu" / "check.py"
-no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: run test/gpu/check.py")
+# The package's rule, which initializes no CUDA here (torch.cuda.is_available() would, in the test process).
+no_gpu = pytest.mark.skipif(config.accelerator() == "cuda", reason="this machine has a GPU: run test/gpu/check.py")
+# Why test/gpu's nccl classes skip on this machine: no nccl in a CPU build; no GPU for it in a CUDA build.
+NCCL_SKIP = ("NcclWorld needs 1 cuda device(s), found 0" if dist.is_nccl_available()
+             else "backend 'nccl' is not available")
+LEASES_SKIP = ("needs 1 cuda device(s), found 0" if dist.is_nccl_available() else "backend 'nccl' is not available")
 
 
 def _load_check():
@@ -40,11 +48,12 @@ def test_every_check_skips_without_gpus():
 
 @no_gpu
 def test_a_check_runs_the_file_and_reports_its_skip_reason():
-    # As if this machine had GPUs: the file itself runs, and nccl's absence is its skip reason.
+    # As if this machine had GPUs: the file itself runs, and nccl's absence (a CPU build) or the GPUs'
+    # (a CUDA build) is its skip reason.
     inventory = check.Inventory(torch.__version__, gpus=2, nccl=True)
     result = check.run_check(check.CHECKS[0], inventory)
     assert (result.name, result.status) == ("world-nccl-1", "SKIP"), result
-    assert "backend 'nccl' is not available" in result.detail, result
+    assert NCCL_SKIP in result.detail, result
 
 
 def test_the_lease_check_fails_when_two_worlds_at_once_saw_one_gpu():
@@ -64,7 +73,7 @@ def test_the_lease_check_runs_its_file_under_xdist():
     inventory = check.Inventory(torch.__version__, gpus=2, nccl=True)
     [leases] = [c for c in check.CHECKS if c.name == "xdist-leases"]
     result = check.run_check(leases, inventory)
-    assert result.status == "SKIP" and "backend 'nccl' is not available" in result.detail, result
+    assert result.status == "SKIP" and LEASES_SKIP in result.detail, result
 
 
 @pytest.mark.e2e

@@ -81,7 +81,7 @@ VISIBILITY = {
     "mlu": "MLU_VISIBLE_DEVICES",
 }
 # Backends that only run on accelerator devices: a class naming one needs devices whatever its device_type says.
-ACCELERATOR_BACKENDS = frozenset({"nccl", "xccl", "hccl", "cncl", "ucc"})
+ACCELERATOR_BACKENDS = config.ACCELERATOR_BACKENDS
 SIMULATED = "simulated"
 SIMULATED_VARIABLE = "CUDA_VISIBLE_DEVICES"
 # Between two looks at a busy pool: no kernel event says that another process
@@ -256,8 +256,8 @@ class Pool:
         """Take ``need`` devices, waiting at most ``bound`` s; SkipTest if the pool is smaller, DeviceWaitError
         when the bound passes.  ``make_room`` is called once before waiting; ``beat`` gets a line now and then."""
         if need > len(self.ids):
-            raise unittest.SkipTest(TOO_MANY.format(owner=owner, need=need, kind=self.kind, total=len(self.ids),
-                                                    where=self.source))
+            raise config.DeviceSkip(TOO_MANY.format(owner=owner, need=need, kind=self.kind, total=len(self.ids),
+                                                     where=self.source))
         return _Acquire(self, need, owner, bound, beat, make_room, heartbeat).run()
 
     def _file(self, device: str) -> str:
@@ -437,7 +437,7 @@ def lease_for(device_type: str, need: Callable[[int], int], owner: str,
     devices (its test asks for GPUs) leases from the host's accelerator.  The
     controller's one entry point, with the run's bound and heartbeat.
     """
-    kind = device_type if device_type != "cpu" or simulated_devices(env) is not None else _accelerator()
+    kind = device_type if device_type != "cpu" or simulated_devices(env) is not None else config.accelerator()
     pool = pool_for(kind, env) if kind is not None else None
     if pool is None:
         return None
@@ -448,10 +448,3 @@ def lease_for(device_type: str, need: Callable[[int], int], owner: str,
 
     return pool.lease(count, owner, device_wait(env), progress.note_waiting(), make_room,
                       progress.heartbeat_seconds(env))
-
-
-def _accelerator() -> Optional[str]:
-    import torch
-
-    accel = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
-    return None if accel is None else accel.type

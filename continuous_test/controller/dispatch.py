@@ -77,7 +77,7 @@ def run(case: unittest.TestCase, result: Optional[unittest.TestResult]) -> Optio
     produced: List[Verdict] = []
 
     def produce() -> Verdict:
-        produced.append(_verdict(cls, planned, error, following, own_world))
+        produced.append(_counted(lambda: _verdict(cls, planned, error, following, own_world)))
         return produced[-1]
 
     outcome = replay.run_with(case, result, produce)
@@ -100,6 +100,21 @@ def _stop_after_this_test() -> None:
     progress.stop_after_this_test(bisect.INTERRUPTED_STOP)
 
 
+def _counted(verdict: Callable[[], Verdict]) -> Verdict:
+    """``verdict()``, counted in the run log as one distributed test (with its reason, if it skipped for want of
+    devices or a backend: a run of nothing but those ends saying so)."""
+    try:
+        result = verdict()
+    except config.DeviceSkip as skip:
+        run_log.log().distributed_test(str(skip))
+        raise
+    except BaseException:
+        run_log.log().distributed_test()
+        raise
+    run_log.log().distributed_test()
+    return result
+
+
 def _verdict(cls: type, planned: Optional[TestPlan], error: Optional[ConfigError], following: Optional[str],
              own_world: bool = False) -> Verdict:
     if planned is None:
@@ -114,7 +129,7 @@ def function_verdict(cls: type, name: str, test_id: str, kwargs: Dict[str, objec
     """The verdict of one call of a ``@distributed`` function, run as method ``name`` of its hidden class."""
     planned = plan(cls, name, test_id, kwargs)
     run_settings()
-    verdict = _run_in_world(cls, planned)
+    verdict = _counted(lambda: _run_in_world(cls, planned))
     if verdict.interrupted:
         _stop_after_this_test()
     return verdict

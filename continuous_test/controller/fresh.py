@@ -134,6 +134,7 @@ def test_dir(cls: type) -> str:
 
 def start(cls: type, method: str, world_size: Any, world_dir: str, rendezvous: str) -> FreshRanks:
     """Start the fresh ranks of one test (each runs it at once); the next test's are forked meanwhile."""
+    run_log.log().distributed_test()
     settings = config.resolve_fresh(cls, world_size, sized=sizes.parse(method) is not None)
     fresh = FreshRanks(cls, settings, method, world_dir, rendezvous)
     fresh.start()

@@ -6,9 +6,11 @@ How data flows (all in the controller process; stdlib only, no torch)::
     controller/world.py  ── world_started / world_stopped / test_ran (every run, replays too)
     controller/fresh.py  ── fresh_started / test_ran (one world per MultiProcessTestCase test)
     controller/bisect.py ── replay_lane (a lane for the fresh worlds of one diagnosis), diagnosed
+    controller/dispatch.py, controller/fresh.py ── distributed_test (a skip for want of devices: its reason)
                                                                                      ▼
               RunLog ─► as_dict() ─► merge(parts of xdist workers) ─► write(): the JSON report
-                    └─► properties(test): the test's JUnit properties
+                    ├─► properties(test): the test's JUnit properties
+                    └─► device_tally() ─► all_skipped_line(tallies of xdist workers): the run's last line
 
 Events that arrive while the runner runs a test (between ``begin`` and ``end``)
 belong to that test.  A *lane* is one world: a class's shared world (its
@@ -40,6 +42,8 @@ __all__ = [
     "wall",
     "merge",
     "write",
+    "all_skipped_line",
+    "ALL_SKIPPED",
     "FAILS_ALONE",
     "ORDER_DEPENDENT",
     "FLAKY",
@@ -57,6 +61,8 @@ FLAKY = "flaky"
 NOT_RERUN = "not-rerun"
 STOPPED = "stopped"
 INTERRUPTED = "interrupted"
+# The last line of a run whose every distributed test skipped for want of devices or a backend.
+ALL_SKIPPED = "all {n} distributed test{s} skipped: {reasons}"
 
 
 def wall(monotonic: float) -> float:
@@ -126,6 +132,10 @@ class RunLog:
         self._count: Dict[str, int] = {}
         # The controller's test id (``Class.test``) -> the runner's, for naming polluters.
         self._runner_ids: Dict[str, str] = {}
+        # The distributed tests the runner ran, and the reasons (with counts) of those skipped
+        # for want of devices or a backend (config.DeviceSkip).
+        self.distributed = 0
+        self.device_skips: Dict[str, int] = {}
 
     # -- the runner ------------------------------------------------------------------
 
@@ -139,6 +149,16 @@ class RunLog:
         if test is not None:
             test.end, test.outcome = time.time(), outcome
         self._current = None
+
+    def distributed_test(self, device_skip: Optional[str] = None) -> None:
+        """The runner ran one distributed test; ``device_skip``: the reason it skipped for want of devices or a backend."""
+        self.distributed += 1
+        if device_skip is not None:
+            self.device_skips[device_skip] = self.device_skips.get(device_skip, 0) + 1
+
+    def device_tally(self) -> dict:
+        """What :func:`all_skipped_line` reads (an xdist worker sends it to the main process)."""
+        return {"distributed": self.distributed, "device_skips": dict(self.device_skips)}
 
     # -- worlds ----------------------------------------------------------------------
 
@@ -327,6 +347,18 @@ def write(report: dict, path: str) -> None:
     """Write ``report`` to ``path`` as JSON (``wire/files.write_text``: a reader never sees half of a
     regular file; a device, a FIFO or a link's target is written in place of being replaced)."""
     files.write_text(path, json.dumps(report, indent=1, sort_keys=True) + "\n")
+
+
+def all_skipped_line(tallies: Iterable[dict]) -> Optional[str]:
+    """The line that ends a run whose every distributed test skipped for want of devices or a backend, else None."""
+    total, reasons = 0, {}  # type: ignore[var-annotated]
+    for tally in tallies:
+        total += tally["distributed"]
+        for reason, n in tally["device_skips"].items():
+            reasons[reason] = reasons.get(reason, 0) + n
+    if total == 0 or sum(reasons.values()) != total:
+        return None
+    return ALL_SKIPPED.format(n=total, s="s" if total != 1 else "", reasons="; ".join(sorted(reasons)))
 
 
 _LOG = RunLog()

@@ -526,7 +526,7 @@ def _again(error: BaseException, cls: type) -> BaseException:
     import unittest
 
     if isinstance(error, unittest.SkipTest):
-        return unittest.SkipTest(*error.args)
+        return type(error)(*error.args)  # config.DeviceSkip stays one: the run's tally counts it
     copy = type(error)(f"{error}\n{NOT_RETRIED.format(cls=world_name(cls))}")
     copy.__cause__ = error.__cause__
     return copy

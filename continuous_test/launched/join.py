@@ -240,7 +240,9 @@ def _init(cls, joined: Joined, launch: Launch) -> None:
         finally:
             cls._ct_store = None
     else:
-        dist.init_process_group(backend=cls.backend_str(), store=store, rank=launch.rank,
+        backend = cls.backend_str()
+        dist.init_process_group(backend=config.default_backend() if backend is None else backend, store=store,
+                                rank=launch.rank,
                                 world_size=launch.world_size, pg_options=cls.opts(), timeout=cls.timeout)
     joined.group = cls.pg = dist.distributed_c10d._get_default_group()
     remember_default_group()

@@ -26,6 +26,7 @@ from typing import AbstractSet, Any, FrozenSet, List, Optional
 import torch
 
 import continuous_test
+from continuous_test import config
 from continuous_test.rank import leaks, recorder
 from continuous_test.rank.result import RankResult, take_expect_values
 from continuous_test.wire.env import ENV_TEMPLATE_PID
@@ -336,8 +337,7 @@ _accelerator: Optional[bool] = None
 def _has_accelerator() -> bool:
     global _accelerator
     if _accelerator is None:
-        accel = getattr(torch, "accelerator", None)
-        _accelerator = bool(accel.is_available()) if accel is not None else torch.cuda.is_available()
+        _accelerator = config.accelerator() is not None
     return _accelerator
 
 

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from continuous_test import config
 from continuous_test.multiprocess import MultiProcessTestCase
 
 __all__ = ["DistributedTestBase"]
@@ -53,16 +54,16 @@ class DistributedTestBase(MultiProcessTestCase):
 
     def rank_to_device(self, device: str) -> Dict[int, List[int]]:
         """Rank to device indices, round-robin over the visible devices of ``device``'s type."""
-        count = torch.get_device_module(device).device_count()
+        count = config.device_count(device)
         return {i: [i % count] for i in range(self.world_size)}
 
 
 def _use_accelerator(rank: int, backend: str) -> None:
     # As torch's create_pg: the rank's own accelerator becomes its default device.
-    accelerator = torch.accelerator.current_accelerator()
+    accelerator = config.accelerator()
     if accelerator is None:
         raise RuntimeError(f"Expected to find an accelerator when initializing process group "
                            f"with {backend} backend, but got None")
-    device = torch.device(accelerator.type, rank)
+    device = torch.device(accelerator, rank)
     torch.set_default_device(device)
     torch.accelerator.set_device_index(device)

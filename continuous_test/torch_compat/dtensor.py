@@ -34,6 +34,7 @@ from torch.testing._internal.distributed._tensor.common_dtensor import (  # noqa
     with_comms,
 )
 
+from continuous_test import config
 from continuous_test.case import MultiProcContinuousTest
 from continuous_test.multiprocess import MultiProcessTestCase
 
@@ -74,8 +75,9 @@ class DTensorContinuousTestBase(DTensorTestMixin, MultiProcContinuousTest):  # t
     @classmethod
     def _init_pg(cls, rank: int, world_size: int, rdvz_file: str) -> None:
         """Bind the rank's accelerator, or skip the class as torch does, then create the default group."""
-        if torch.accelerator.is_available():
-            if world_size > torch.accelerator.device_count():
+        accelerator = config.accelerator()
+        if accelerator is not None:
+            if world_size > config.device_count(accelerator):
                 sys.exit(TEST_SKIPS[f"multi-gpu-{world_size}"].exit_code)
             torch.accelerator.set_device_index(rank)
         super()._init_pg(rank, world_size, rdvz_file)

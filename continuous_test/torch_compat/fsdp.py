@@ -32,6 +32,7 @@ from torch.testing._internal.common_distributed import TEST_SKIPS
 from torch.testing._internal.common_fsdp import FSDPTestMixin, FSDPTestMultiThread  # noqa: F401 - re-exported
 from torch.testing._internal.common_utils import set_rng_seed
 
+from continuous_test import config
 from continuous_test.case import MultiProcContinuousTest
 from continuous_test.multiprocess import MultiProcessTestCase
 from continuous_test.torch_compat.dtensor import borrow
@@ -83,7 +84,8 @@ class FSDPTestContinuous(FSDPTestMixin, MultiProcContinuousTest):
     def _init_pg(cls, rank: int, world_size: int, rdvz_file: str) -> None:
         """Skip the class without enough accelerators, as torch does, else bind the device and join."""
         os.environ["TORCH_NCCL_DESYNC_DEBUG"] = "0"  # as torch (pytorch/pytorch#90848)
-        if torch.accelerator.device_count() < world_size:
+        accelerator = config.accelerator()
+        if accelerator is None or config.device_count(accelerator) < world_size:
             sys.exit(TEST_SKIPS[f"multi-gpu-{world_size}"].exit_code)
         _bind_device(rank)
         super()._init_pg(rank, world_size, rdvz_file)

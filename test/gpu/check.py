@@ -41,7 +41,7 @@ ROOT = HERE.parent.parent
 TEST_FILE = HERE / "test_nccl.py"
 LEASES_FILE = HERE / "test_leases.py"
 CHECK_TIMEOUT = 300  # seconds per check: a guard against hangs
-NO_GPU = "no CUDA GPU (torch {torch}, torch.cuda.device_count() == 0)"
+NO_GPU = "no CUDA GPU (torch {torch}, config.accelerator() is not cuda)"
 NO_NCCL = "torch.distributed has no nccl backend in torch {torch}"
 TOO_FEW = "needs {needed} GPUs, found {found}"
 LINE = "{status:<4}  {name:<22} {seconds:6.1f}s  {detail}"
@@ -101,12 +101,17 @@ class Result(NamedTuple):
 
 
 def gpu_inventory() -> Inventory:
-    """Called once by main; counts GPUs without initializing CUDA in this process."""
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    """Called once by main; counts GPUs by the package's own rule (``config.accelerator()``), which
+    initializes no CUDA in this process: what a run of continuous_test would use here."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # for torch's module-level checks in the children
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # the checkout's continuous_test, as the checks' PYTHONPATH has it
     import torch
     import torch.distributed as dist
 
-    gpus = torch.cuda.device_count() if torch.version.cuda else 0
+    from continuous_test import config
+
+    gpus = config.device_count("cuda") if config.accelerator() == "cuda" and torch.version.cuda else 0
     nccl = dist.is_available() and dist.is_nccl_available()
     return Inventory(torch.__version__, gpus, nccl)
 
