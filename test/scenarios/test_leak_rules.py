@@ -2,7 +2,8 @@
 
 Run with ``leaklib`` on ``PYTHONPATH``.  ``ImportTimeTest``: ``test_a`` imports
 ``fakelib`` for the first time, which adds its ``_vendor`` directory to sys.path
-and warnings filters for itself (one naming it, two that do not); ``test_b`` needs them.  ``test_c`` sets a
+and warnings filters for itself (one naming it, two that do not), sets a variable
+and registers a ``sys.modules`` entry that is not a module; ``test_b`` needs them.  ``test_c`` sets a
 variable torch's compile stack sets for itself (kept); ``test_d`` sets one of its
 own (a leak).  ``MissedTest``: ``test_a`` leaves the umask, a lowered recursion limit,
 a trace and a profile function, a pending timer and a ``torch.device`` context
@@ -54,6 +55,10 @@ class ImportTimeTest(Gloo):
         import fake_vendored
 
         self.assertEqual(fake_vendored.VALUE, 42)
+        self.assertTrue(os.environ["FAKELIB_HOME"].endswith("fakelib"))
+        import fakelib_shim
+
+        self.assertEqual(fakelib_shim.ANSWER, 42)
         for message, module in ((None, "fakelib"), (".*fakelib's old api.*", None), (None, r"fakelib\..*")):
             self.assertTrue(any(f[0] == "ignore" and getattr(f[1], "pattern", None) == message
                                 and getattr(f[3], "pattern", None) == module for f in warnings.filters),
