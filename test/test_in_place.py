@@ -230,3 +230,27 @@ def test_srun_a_master_address_that_does_not_resolve_fails_at_once_naming_where_
     expected = UNRESOLVABLE.split("{error}")[0].format(addr=host, source=where)
     assert expected in proc.stderr, describe(proc)
     assert proc.returncode != 0, describe(proc)
+
+
+def test_ranks_that_ran_different_tests_at_one_position_are_told_apart():
+    # The exchange keys by the test's position; the names the ranks publish must agree.
+    import pickle
+
+    import torch.distributed as dist
+
+    from continuous_test.errors import RendezvousError
+    from continuous_test.launched import run as launched_run
+    from continuous_test.launched.detect import Launch
+    from continuous_test.launched.join import Joined
+    from continuous_test.wire.outcome import RankOutcome
+
+    store = dist.HashStore()
+    joined = Joined(store=store, rank=0, start_timeout=5.0, seq=3)
+    launch = Launch(Mode.TORCHRUN, rank=0, world_size=2)
+    key = launched_run._test_key(joined)
+    assert key == "test/3"
+    dist.PrefixStore(key, store).set("1", pickle.dumps(RankOutcome(1, test="test_x.py::test_b")))
+    with pytest.raises(RendezvousError, match=r"as test 3 of this launch \(rank 0: test_x.py::test_a, "
+                                              r"rank 1: test_x.py::test_b\)"):
+        launched_run._exchange(joined, key, RankOutcome(0, test="test_x.py::test_a"), launch, 1.0)
+    assert joined.broken is not None and "different tests" in joined.broken

@@ -37,6 +37,7 @@ the shutdown timeout.
 """
 from __future__ import annotations
 
+import os
 import pickle
 import unittest
 from datetime import timedelta
@@ -74,6 +75,10 @@ FRESH_FAILED = (
 )
 FRESH_NO_VERDICT = "launcher rank 0 published no verdict for {test} within {seconds:g} s"
 EXCHANGE_MARGIN = 60.0
+ORDER_MISMATCH = (
+    "launched ranks ran different tests as test {seq} of this launch ({names}): every rank must "
+    "collect the same tests in the same order (the same files, -k, shuffle seed and arguments on every rank)"
+)
 
 
 # -- MultiProcContinuousTest: run on every rank, exchange, merge -------------------------
@@ -98,10 +103,10 @@ def _skip_in_place(case: unittest.TestCase, result, launch: Launch):
     joined = _joined_for(case, launch) if _size_matches(case, launch) else None
     if joined is None or joined.broken:
         return unittest.TestCase.run(case, result)  # unittest reports the skip
-    key = _test_key(joined, test)
+    key = _test_key(joined)
     reason = str(getattr(type(case), "__unittest_skip_why__", "") or
                  getattr(getattr(case, case._testMethodName), "__unittest_skip_why__", ""))
-    outcome = RankOutcome(launch.rank, [Event(EventKind.SKIP, reason=reason)])
+    outcome = RankOutcome(launch.rank, [Event(EventKind.SKIP, reason=reason)], test=_agreed_name(case))
     limit = config.test_time_limit(cls, getattr(case, case._testMethodName))
     outcomes, faults = _exchange(joined, key, outcome, launch, limit)
     verdict = merge(test, launch.world_size, outcomes, faults, grace=config.grace_period(cls), time_limit=limit,
@@ -150,11 +155,12 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     method = getattr(case, case._testMethodName)
     config.check_switches()
     limit, policy = config.test_time_limit(cls, method), config.leak_policy(cls, method)
-    key = _test_key(joined, test)
+    key = _test_key(joined)
     recorder.open_ring(None, launch.rank)
     with TimeLimit(launch, key, test, limit, config.grace_period(cls), config.shutdown_timeout(cls)):
         outcome = rank_run.run_case(case, launch.rank, policy)
     outcome.records = recorder.snapshot()
+    outcome.test = _agreed_name(case)
     outcomes, faults = _exchange(joined, key, outcome, launch, limit)
     calls = timeline.lazy(lambda: timeline.build({r: records.parse(getattr(outcomes.get(r), "records", None) or b"")
                                                   if r in outcomes else None for r in range(launch.world_size)}))
@@ -206,11 +212,28 @@ def _exchange(joined: Joined, key: str, outcome: RankOutcome, launch: Launch, li
             faults.append(value)
         else:
             outcomes[rank] = value
+    names = {rank: o.test for rank, o in outcomes.items()}
+    if len(set(names.values())) > 1:  # the same position in the order, another test: nothing can continue
+        message = ORDER_MISMATCH.format(seq=joined.seq, names=", ".join(f"rank {r}: {n}" for r, n in sorted(names.items())))
+        joined.broken = message
+        raise RendezvousError(message)
     return outcomes, faults
 
 
-def _test_key(joined: Joined, test: str) -> str:
-    return f"test/{joined.seq}/{test}"
+def _test_key(joined: Joined) -> str:
+    """The exchange's keys for this launch's current test: its position in the order, the same on every rank.
+
+    Not the test's id: a ``@distributed`` function's id shows its fixture values,
+    whose repr may differ by rank (``tmp_path``).  That the ranks ran the same
+    test is checked on the names they publish (:func:`_agreed_name`).
+    """
+    return f"test/{joined.seq}"
+
+
+def _agreed_name(case: unittest.TestCase) -> str:
+    """The test as every rank names it: pytest's node id where pytest runs it (parameter ids, no fixture values)."""
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")  # "path::name[id] (call)", set by pytest for each phase
+    return current.rsplit(" (", 1)[0] if current else replay.short_id(case)
 
 
 # -- MultiProcessTestCase: once per launch ------------------------------------------------
@@ -242,7 +265,7 @@ def run_fresh_once(case: unittest.TestCase, result, launch: Launch,
     try:
         run(recorder)
     finally:
-        joined.store.set(_test_key(joined, test) + "/verdict", pickle.dumps(recorder.status))
+        joined.store.set(_test_key(joined) + "/verdict", pickle.dumps(recorder.status))
     return own
 
 
@@ -257,7 +280,7 @@ def _fresh_verdict(case: unittest.TestCase, launch: Launch, test: str) -> Verdic
                + config.shutdown_timeout(cls) + EXCHANGE_MARGIN)
     joined.store.set_timeout(timedelta(seconds=seconds))
     try:
-        status, reason = pickle.loads(joined.store.get(_test_key(joined, test) + "/verdict"))
+        status, reason = pickle.loads(joined.store.get(_test_key(joined) + "/verdict"))
     except Exception as exc:
         raise RendezvousError(FRESH_NO_VERDICT.format(test=test, seconds=seconds)) from exc
     if status is Status.FAIL:

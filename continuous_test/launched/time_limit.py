@@ -225,7 +225,7 @@ _STARTED = time.monotonic()
 
 
 def _summary(key: str, test: str) -> str:
-    """unittest's summary lines for a launch that ends at ``test`` (its key ``test/<seq>/<test>``)."""
+    """unittest's summary lines for a launch that ends at ``test`` (its key ``test/<seq>``)."""
     try:
         ran = int(key.split("/")[1])
     except (IndexError, ValueError):
