@@ -97,7 +97,7 @@ def test_torchrun_a_test_that_breaks_the_world_leaves_later_tests_healthy(tmp_pa
     assert unittest_counts(out) == {"ran": 6, "errors": 1, "failures": 1}, describe(proc)
     for healthy in ("test_c_healthy", "test_d_healthy"):
         assert f"{healthy} (__main__.BreaksTheWorld.{healthy}) ... ok" in out, describe(proc)
-    assert f"{BREAKING_TEST} failed on ranks 0, 1 of 2" in out
+    assert f"{BREAKING_TEST} failed on rank 1 of 2 (rank 0 failed waiting for it in a collective)" in out, describe(proc)
     assert "rank 1: RuntimeError: rank 1 breaks on purpose" in out
     # MultiProcessTestCase: once per launch (2 fresh ranks), not once per launcher rank (4).
     assert count.read_text().split() == ["0", "1"], describe(proc)

@@ -33,7 +33,7 @@ from continuous_test.errors import (
     UnexpectedEndingError,
 )
 from continuous_test.verdict import leaks as verdict_leaks
-from continuous_test.verdict.report import RankReport, RankStatus, Report, add_note
+from continuous_test.verdict.report import WAITED_FOR_A_PEER, RankReport, RankStatus, Report, add_note
 from continuous_test.verdict.text import indent, rank_list
 from continuous_test.verdict.timeline import Timeline
 from continuous_test.wire.outcome import (
@@ -282,15 +282,26 @@ def _merge_unit(test: str, world_size: int, per_rank: Dict[int, _RankUnit], outp
     return Verdict(Status.PASS)
 
 
+def _waited(failed: Dict[int, List[ErrorRecord]]) -> List[int]:
+    """The failed ranks whose every error is a collective a peer broke, when another rank failed in its own code."""
+    waited = [r for r, errors in sorted(failed.items())
+              if errors and all(WAITED_FOR_A_PEER.search(e.message) for e in errors)]
+    return waited if len(waited) < len(failed) else []
+
+
 def _failure_error(test, world_size, failed, per_rank, outputs, timeline=None) -> BaseException:
-    head = FAILED.format(test=test, ranks=rank_list(failed), world_size=world_size)
+    waited = _waited(failed)
+    raised = [r for r in sorted(failed) if r not in waited]
+    head = FAILED.format(test=test, ranks=rank_list(raised), world_size=world_size)
     others: Dict[Status, List[int]] = {}
     for rank, unit in sorted(per_rank.items()):
         if rank not in failed:
             others.setdefault(unit.status, []).append(rank)
-    if others:
-        words = {Status.PASS: "passed", Status.SKIP: "skipped"}
-        head += " (" + "; ".join(f"{rank_list(r)} {words[s]}" for s, r in others.items()) + ")"
+    words = {Status.PASS: "passed", Status.SKIP: "skipped"}
+    parts = ([f"{rank_list(waited)} failed waiting for {'it' if len(raised) == 1 else 'them'} in a collective"]
+             if waited else []) + [f"{rank_list(r)} {words[s]}" for s, r in others.items()]
+    if parts:
+        head += " (" + "; ".join(parts) + ")"
     report = Report([head])
     report.add_errors([(rank, record) for rank, errors in sorted(failed.items()) for record in errors])
     report.add_timeline(timeline, always=len(failed) < world_size)
