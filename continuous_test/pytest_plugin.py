@@ -596,8 +596,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.sections.append(("other ranks", "\n".join(others) + "\n"))
     for section in getattr(error, "ct_sections", ()):
         report.sections.append((section.title, section.text.rstrip() + "\n"))
+    from continuous_test.controller import run_log
     from continuous_test.verdict.report import failing_ranks, raising_ranks
 
+    run_log.log().error_seen(error)  # under a launcher, no world's run gave the ranks
     item.user_properties.append(("failing_ranks", ",".join(map(str, failing_ranks(ranks)))))
     item.user_properties.append(("raising_ranks", ",".join(map(str, raising_ranks(ranks)))))
     _summary_message(item, report, call.excinfo)

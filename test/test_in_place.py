@@ -1,6 +1,7 @@
 """torchrun across two (local) nodes, and srun simulated by its environment variables."""
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
@@ -254,3 +255,18 @@ def test_ranks_that_ran_different_tests_at_one_position_are_told_apart():
                                               r"rank 1: test_x.py::test_b\)"):
         launched_run._exchange(joined, key, RankOutcome(0, test="test_x.py::test_a"), launch, 1.0)
     assert joined.broken is not None and "different tests" in joined.broken
+
+
+@pytest.mark.e2e
+def test_torchrun_a_ranks_output_is_in_the_merged_report_and_the_json_report_names_the_rank(tmp_path):
+    # As without a launcher: each rank's output is in the failure's report, labelled by
+    # rank, not printed raw above it; the JSON report names rank 1, which raised.
+    report = tmp_path / "run.json"
+    proc = helpers.torchrun(FAULTS, 2, "PrintsAndFails", env={"CONTINUOUS_TEST_REPORT": str(report)})
+    out = proc.stdout + proc.stderr
+    assert unittest_counts(proc.stderr) == {"ran": 1, "failures": 1}, describe(proc)
+    assert "rank 0 output:\n[rank0] printed by rank 0\nrank 1 output:\n[rank1] printed by rank 1" in proc.stderr, \
+        describe(proc)
+    assert not re.search(r"^printed by rank", out, re.M), describe(proc)
+    (test,) = json.loads(report.read_text())["tests"]
+    assert (test["failing_ranks"], test["raising_ranks"]) == ([1], [1]), test

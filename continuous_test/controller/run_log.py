@@ -133,6 +133,19 @@ class RunLog:
         """The runner starts ``test_id`` (a pytest node id, or unittest's ``test.id()``)."""
         self._current = self.tests[test_id] = _Test(test_id, time.time())
 
+    def error_seen(self, error: Any) -> None:
+        """The runner recorded ``error`` for the test running now: its ranks count for the test.
+
+        The same ranks a world's run gave (:meth:`test_ran`); the only source of them
+        for a test that ran in place under a launcher, where no world runs it.
+        """
+        ranks = getattr(error, "ct_ranks", None)
+        if self._current is None or not ranks:
+            return
+        test = self._current
+        test.failing_ranks = sorted(set(test.failing_ranks) | set(verdict_report.failing_ranks(ranks)))
+        test.raising_ranks = sorted(set(test.raising_ranks) | set(verdict_report.raising_ranks(ranks)))
+
     def end(self, test_id: str, outcome: str) -> None:
         """The runner is done with ``test_id``: passed, failed, error, skipped, xfailed or xpassed."""
         test = self.tests.get(test_id)

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from continuous_test.launched.detect import Launch
 from continuous_test.launched.join import STORE_PREFIX
@@ -57,9 +57,18 @@ TIMELINE_WAIT = 2.0
 BACKSTOP_MARGIN = 5.0
 
 
+# The launcher's stderr while a test's output is captured (launched.run), else None: what
+# the time limit says goes there, not into the test's output, which nobody reads after the exit.
+terminal: List[Optional[int]] = [None]
+
+
 def _say(text: str) -> None:
     """Write ``text`` and its newline to stderr in one write: ranks share the launcher's terminal, and a
     stream that writes through (``PYTHONUNBUFFERED``) would let another rank's line in between."""
+    fd = terminal[0]
+    if fd is not None:
+        os.write(fd, (text + "\n").encode("utf-8", "replace"))
+        return
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
 
@@ -76,7 +85,8 @@ class TimeLimit:
     def __enter__(self) -> "TimeLimit":
         self.watcher.start()
         # Backstop for a main thread that holds the GIL forever.
-        faulthandler.dump_traceback_later(self.limit + self.grace + self.report_wait + BACKSTOP_MARGIN, exit=True)
+        faulthandler.dump_traceback_later(self.limit + self.grace + self.report_wait + BACKSTOP_MARGIN, exit=True,
+                                          file=terminal[0] if terminal[0] is not None else sys.stderr)
         return self
 
     def __exit__(self, *exc) -> None:

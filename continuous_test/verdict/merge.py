@@ -400,6 +400,12 @@ def _ended_as_declared(ending: RankEnding, expected: Optional[ExpectedExit]) -> 
     return torch_skip_code_message(ending.exitcode) is not None
 
 
+def _own_errors(ending: RankEnding) -> List[ErrorRecord]:
+    """The errors of a rank's own failures (not an expected failure's) before it ended."""
+    events = ending.outcome.events if ending.outcome is not None else ()
+    return [rec for ev in events if ev.kind in (EventKind.FAILURE, EventKind.ERROR) for rec in ev.errors]
+
+
 def _skip_exit(endings: Dict[int, RankEnding], expected: Optional[ExpectedExit]) -> Optional[str]:
     for ending in endings.values():
         if expected is None or not expected.applies_to(ending.rank):
@@ -410,11 +416,22 @@ def _skip_exit(endings: Dict[int, RankEnding], expected: Optional[ExpectedExit])
 
 
 def _ending_error(test, endings, expected, outputs, wrong, timeline=None) -> BaseException:
-    report = Report([UNEXPECTED_ENDING.format(test=test, ranks=rank_list(wrong))])
+    # A rank that ended normally after its own test failed (exit code 10) is no
+    # unexpected ending, but its failure is still the test's: reported with its error.
+    failed = [r for r, e in sorted(endings.items()) if r not in wrong and _own_errors(e)]
+    head = UNEXPECTED_ENDING.format(test=test, ranks=rank_list(wrong))
+    report = Report([head + (f"; {rank_list(failed)} failed" if failed else "")])
     for rank, ending in sorted(endings.items()):
         want = expected.describe() if expected is not None and expected.applies_to(rank) else "a normal exit"
         actual = exit_description(ending.exitcode)
         output = outputs.get(rank, "")
+        if rank in failed:
+            errors = _own_errors(ending)
+            report.lines.append(f"rank {rank}: failed: {'; '.join(rec.headline() for rec in errors)} "
+                                f"(then ended with {actual})")
+            report.records.extend((rank, rec) for rec in errors)
+            report.statuses[rank] = RankReport(RankStatus.FAILED, "\n".join(r.traceback.rstrip() for r in errors), output)
+            continue
         if rank not in wrong:
             report.lines.append(f"rank {rank}: ended with {actual}, as expected")
             report.statuses[rank] = RankReport(RankStatus.ENDED_AS_EXPECTED, actual, output)

@@ -183,6 +183,8 @@ class RankOutcome:
     # Launched ranks only: the test as every rank names it (its pytest node id, else
     # Class.test_method), which the exchange checks the ranks agree on.
     test: Optional[str] = None
+    # Launched ranks only: what the rank printed while the test ran (its stdout and stderr).
+    output: Optional[str] = None
 
     def has_failure(self) -> bool:
         """True if the rank reported a failure or error (an expected one included)."""

@@ -10,6 +10,8 @@
   on.  Both are inconsistent skips, reported within the grace period.
 * ``FreshOnce``: a ``MultiProcessTestCase`` must run once per launch, not once per
   launcher rank; each run appends a line to ``SCENARIO_COUNT_FILE``.
+* ``PrintsAndFails``: each rank prints a line, then rank 1 fails an assertion (no
+  collective): its output belongs in the merged report, labelled by rank.
 """
 import os
 import time
@@ -45,6 +47,14 @@ class BreaksTheWorld(MultiProcContinuousTest):
 
     def test_d_healthy(self):
         self.assertEqual(all_reduce_ones(), 2.0)
+
+
+class PrintsAndFails(MultiProcContinuousTest):
+    world_size = 2
+
+    def test_rank_1_prints_and_fails(self):
+        print(f"printed by rank {self.rank}")
+        self.assertEqual(self.rank, 0, "rank 1 disagrees")
 
 
 class StuckRank(MultiProcContinuousTest):
