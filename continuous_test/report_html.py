@@ -225,7 +225,7 @@ def _kind_words(world: Dict[str, Any]) -> str:
     kind = world["kind"]
     if kind == "plain":
         return "tests without ranks"
-    size = f"{world['world_size']} ranks"
+    size = f"{world['world_size']} rank{'' if world['world_size'] == 1 else 's'}"
     if kind == "replay":
         return f"{size}, rerun/bisect of {_short(world.get('for_test') or '')}"
     starts = len(world.get("starts", []))

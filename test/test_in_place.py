@@ -14,7 +14,7 @@ from helpers import describe, unittest_counts
 
 from continuous_test.launched.detect import LAUNCH_HINTS, Mode
 from continuous_test.launched.join import OTHER_RUN, PORT_IN_USE, UNRESOLVABLE, WORLD_BROKEN
-from continuous_test.launched.run import WORLD_SIZE_MISMATCH
+from continuous_test.launched.run import world_size_mismatch
 
 FAULTS = "test_launched_faults.py"
 BREAKING_TEST = "BreaksTheWorld.test_b_rank_1_raises_while_rank_0_waits"
@@ -149,7 +149,7 @@ def test_torchrun_a_hang_in_a_shuffled_order_is_reported_and_the_rest_skipped():
 def test_srun_world_size_mismatch_names_srun_options():
     port = helpers.free_port()
     tasks = finish([start([sys.executable, "test_multinode.py", "-v"], slurm_env(r, 2, port)) for r in range(2)])
-    message = WORLD_SIZE_MISMATCH.format(cls="FourRankTest", needed=4, launched=2, hint=LAUNCH_HINTS[Mode.SLURM])
+    message = world_size_mismatch("FourRankTest", 4, 2, LAUNCH_HINTS[Mode.SLURM])
     assert message in tasks[0].stderr, describe(tasks[0])
     assert "nproc" not in tasks[0].stderr
 
@@ -270,3 +270,9 @@ def test_torchrun_a_ranks_output_is_in_the_merged_report_and_the_json_report_nam
     assert not re.search(r"^printed by rank", out, re.M), describe(proc)
     (test,) = json.loads(report.read_text())["tests"]
     assert (test["failing_ranks"], test["raising_ranks"]) == ([1], [1]), test
+
+
+def test_a_world_size_mismatch_counts_one_rank_as_one():
+    message = world_size_mismatch("OneRankTest", 1, 2, LAUNCH_HINTS[Mode.TORCHRUN])
+    assert "started WORLD_SIZE=2 ranks" in message and "giving 1 rank, or run it" in message, message
+    assert "started WORLD_SIZE=1 rank;" in world_size_mismatch("TwoRankTest", 2, 1, LAUNCH_HINTS[Mode.TORCHRUN])

@@ -63,13 +63,21 @@ __all__ = [
     "run_case_in_place",
     "run_fresh_once",
     "WORLD_SIZE_MISMATCH",
+    "world_size_mismatch",
     "FRESH_FAILED",
 ]
 
 WORLD_SIZE_MISMATCH = (
-    "{cls} needs world_size={needed} but the launcher started WORLD_SIZE={launched} ranks; "
-    "launch it with {hint} giving {needed} ranks, or run it without a launcher"
+    "{cls} needs world_size={needed} but the launcher started WORLD_SIZE={launched} {launched_ranks}; "
+    "launch it with {hint} giving {needed} {ranks}, or run it without a launcher"
 )
+
+
+def world_size_mismatch(cls: str, needed: int, launched: int, hint: str) -> str:
+    """:data:`WORLD_SIZE_MISMATCH` filled in, each count with its own ``rank`` or ``ranks``."""
+    return WORLD_SIZE_MISMATCH.format(cls=cls, needed=needed, launched=launched, hint=hint,
+                                      ranks="rank" if needed == 1 else "ranks",
+                                      launched_ranks="rank" if launched == 1 else "ranks")
 # Hide this module's frames from unittest tracebacks: its errors speak for themselves.
 __unittest = True
 STOPPED_NOTE = "(the launched world cannot continue: every later test of this launch is skipped)"
@@ -151,8 +159,7 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     cls = type(case)
     needed = _needed_size(case)
     if needed != launch.world_size:
-        raise unittest.SkipTest(WORLD_SIZE_MISMATCH.format(cls=cls.__qualname__, needed=needed,
-                                                           launched=launch.world_size, hint=launch.hint))
+        raise unittest.SkipTest(world_size_mismatch(cls.__qualname__, needed, launch.world_size, launch.hint))
     joined = _joined_for(case, launch)
     if joined.broken:
         raise unittest.SkipTest(joined.broken)
