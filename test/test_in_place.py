@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -125,6 +126,8 @@ def test_torchrun_a_stuck_rank_is_reported_and_the_rest_skipped():
     assert unittest_counts(out) == {"ran": 2, "errors": 1, "skipped": 1}, describe(proc)
     assert "StuckRank.test_a_rank_1_is_stuck exceeded its time limit of 2 s on rank 1" in out
     assert "time.sleep(60)" in out  # rank 1's stack, in rank 0's report
+    # Rank 1 exits in the test: what it printed in it comes to the terminal with its stacks.
+    assert "rank 1 output:\n[rank1] rank 1 starts the test" in out, describe(proc)
     why = WORLD_BROKEN.format(test="StuckRank.test_a_rank_1_is_stuck", why="rank 1 timed out")
     assert f"test_b_healthy (__main__.StuckRank.test_b_healthy) ... skipped {why!r}" in out, describe(proc)
 
@@ -276,3 +279,19 @@ def test_a_world_size_mismatch_counts_one_rank_as_one():
     message = world_size_mismatch("OneRankTest", 1, 2, LAUNCH_HINTS[Mode.TORCHRUN])
     assert "started WORLD_SIZE=2 ranks" in message and "giving 1 rank, or run it" in message, message
     assert "started WORLD_SIZE=1 rank;" in world_size_mismatch("TwoRankTest", 2, 1, LAUNCH_HINTS[Mode.TORCHRUN])
+
+
+def test_a_launched_tests_output_is_captured_whole_and_said_so_far(monkeypatch):
+    # What reaches file descriptors 1 and 2 (a print to the process's stdout, a C library's writes).
+    # Under pytest, as here, pytest's own capture takes sys.stdout's prints first.
+    from continuous_test.launched import output
+
+    monkeypatch.delenv("CONTINUOUS_TEST_LIVE_OUTPUT", raising=False)
+    with output.Output() as captured:
+        print("from print", file=sys.__stdout__, flush=True)
+        os.write(2, b"from fd 2\n")
+        assert output.so_far() == "from print\nfrom fd 2\n"
+        assert output.terminal[0] is not None
+    assert captured.text == "from print\nfrom fd 2\n" and output.terminal[0] is None and output.so_far() == ""
+    text = "".join(f"line {i}\n" for i in range(output.MAX_LINES + 5))
+    assert output.tail(text).splitlines()[:2] == ["... 5 line(s) left out", "line 5"]

@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
-import tempfile
 import unittest
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -49,13 +47,12 @@ from continuous_test import config, sizes
 from continuous_test.errors import RendezvousError
 from continuous_test.launched.detect import Launch
 from continuous_test.launched.join import WORLD_BROKEN, Joined, connect, group_intact, join, rebuild
-from continuous_test.launched import time_limit
+from continuous_test.launched.output import Output
 from continuous_test.launched.time_limit import TimeLimit
 from continuous_test.rank import recorder, run as rank_run
 from continuous_test.verdict import replay, timeline
 from continuous_test.verdict.merge import Status, Verdict, merge
 from continuous_test.wire import records
-from continuous_test.wire.env import ENV_LIVE_OUTPUT, parse_switch
 from continuous_test.wire.outcome import Event, EventKind, FaultKind, RankFault, RankOutcome
 
 __all__ = [
@@ -87,7 +84,6 @@ FRESH_FAILED = (
 )
 FRESH_NO_VERDICT = "launcher rank 0 published no verdict for {test} within {seconds:g} s"
 EXCHANGE_MARGIN = 60.0
-MAX_OUTPUT_LINES = 200  # of a rank's output in a launched test's report
 ORDER_MISMATCH = (
     "launched ranks ran different tests as test {seq} of this launch ({names}): every rank must "
     "collect the same tests in the same order (the same files, -k, shuffle seed and arguments on every rank)"
@@ -169,7 +165,7 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     limit, policy = config.test_time_limit(cls, method), config.leak_policy(cls, method)
     key = _test_key(joined)
     recorder.open_ring(None, launch.rank)
-    with _Output() as output:
+    with Output() as output:
         with TimeLimit(launch, key, test, limit, config.grace_period(cls), config.shutdown_timeout(cls)):
             outcome = rank_run.run_case(case, launch.rank, policy)
     outcome.records = recorder.snapshot()
@@ -182,58 +178,6 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
                     time_limit=limit, note=STOPPED_NOTE if faults else None, timeline=calls, restartable=False)
     _after_test(cls, joined, launch, test, verdict, faults, any(o.call_failed for o in outcomes.values()))
     return verdict
-
-
-class _Output:
-    """What this rank prints while its test runs (file descriptors 1 and 2), for the merged report.
-
-    As without a launcher, a rank's output is shown in the report of a test that
-    failed, prefixed ``[rankN]``, not printed raw onto the launcher's terminal,
-    where the ranks' lines mix without their rank.  ``CONTINUOUS_TEST_LIVE_OUTPUT=1``
-    leaves it on the terminal as it comes.  Meanwhile the time limit writes to the
-    terminal (:data:`continuous_test.launched.time_limit.terminal`).
-    """
-
-    def __init__(self) -> None:
-        self.text: Optional[str] = None
-        self._file: Any = None
-        self._saved: List[int] = []
-
-    def __enter__(self) -> "_Output":
-        if parse_switch(ENV_LIVE_OUTPUT):
-            return self
-        _flush()
-        self._file = tempfile.TemporaryFile()
-        self._saved = [os.dup(1), os.dup(2)]
-        os.dup2(self._file.fileno(), 1)
-        os.dup2(self._file.fileno(), 2)
-        time_limit.terminal[0] = self._saved[1]
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._file is None:
-            return
-        _flush()
-        time_limit.terminal[0] = None
-        for fd, saved in zip((1, 2), self._saved):
-            os.dup2(saved, fd)
-            os.close(saved)
-        self._file.seek(0)
-        data = self._file.read()
-        self._file.close()
-        text = data.decode("utf-8", "replace")
-        lines = text.splitlines(keepends=True)
-        if len(lines) > MAX_OUTPUT_LINES:  # the store carries it to every rank: its tail is kept
-            text = f"... {len(lines) - MAX_OUTPUT_LINES} line(s) left out\n" + "".join(lines[-MAX_OUTPUT_LINES:])
-        self.text = text or None
-
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # a stream a test replaced and closed
-            pass
 
 
 def _after_test(cls, joined: Joined, launch: Launch, test: str, verdict: Verdict, faults: List[RankFault],

@@ -23,14 +23,15 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
+from continuous_test.launched import output
 from continuous_test.launched.detect import Launch
 from continuous_test.launched.join import STORE_PREFIX
 from continuous_test.rank import recorder
 from continuous_test.rank.run import format_stacks
 from continuous_test.verdict import timeline
-from continuous_test.verdict.text import indent
+from continuous_test.verdict.text import indent, prefix_lines
 from continuous_test.wire import records
 from continuous_test.wire.outcome import EventKind, FaultKind, RankFault, RankOutcome
 
@@ -57,20 +58,16 @@ TIMELINE_WAIT = 2.0
 BACKSTOP_MARGIN = 5.0
 
 
-# The launcher's stderr while a test's output is captured (launched.run), else None: what
-# the time limit says goes there, not into the test's output, which nobody reads after the exit.
-terminal: List[Optional[int]] = [None]
-
-
 def _say(text: str) -> None:
-    """Write ``text`` and its newline to stderr in one write: ranks share the launcher's terminal, and a
-    stream that writes through (``PYTHONUNBUFFERED``) would let another rank's line in between."""
-    fd = terminal[0]
-    if fd is not None:
-        os.write(fd, (text + "\n").encode("utf-8", "replace"))
-        return
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    """Write ``text`` to the launcher's terminal (:func:`continuous_test.launched.output.say`)."""
+    output.say(text)
+
+
+def _own_output(rank: int) -> None:
+    """Print what this rank printed in the test so far: it exits in it, and its report never comes."""
+    text = output.so_far()
+    if text.strip():
+        _say(f"rank {rank} output:\n{prefix_lines(rank, output.tail(text)).rstrip()}")
 
 
 class TimeLimit:
@@ -86,7 +83,7 @@ class TimeLimit:
         self.watcher.start()
         # Backstop for a main thread that holds the GIL forever.
         faulthandler.dump_traceback_later(self.limit + self.grace + self.report_wait + BACKSTOP_MARGIN, exit=True,
-                                          file=terminal[0] if terminal[0] is not None else sys.stderr)
+                                          file=output.terminal[0] if output.terminal[0] is not None else sys.stderr)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -132,6 +129,7 @@ class TimeLimit:
                                      code=EXIT_TIME_LIMIT))
         stacks = format_stacks()
         _say(stacks)
+        _own_output(rank)
         try:
             run = self._own_client()
             store = _prefix(self.key, run)
@@ -149,6 +147,7 @@ class TimeLimit:
         rank = self.launch.rank
         _say(TIME_LIMIT_EXCEEDED.format(test=self.test, limit=self.limit, rank=rank, code=EXIT_TIME_LIMIT))
         stacks = format_stacks()
+        _own_output(rank)
         # Rank 0 prints every rank's stacks, labelled (its own now, its peers' from their
         # published faults); another rank's reach rank 0's report through the store.
         if rank == 0:

@@ -3,7 +3,8 @@
 * ``BreaksTheWorld``: rank 1 raises while rank 0 waits in ``all_reduce``; the later
   healthy tests must still pass.  With ``CONTINUOUS_TEST_TIMEOUT`` below the
   process-group timeout, rank 0 times out instead and must print rank 1's error.
-* ``StuckRank``: rank 1 outlives its time limit; rank 0 reports it and skips the rest.
+* ``StuckRank``: rank 1 prints a line, then outlives its time limit; rank 0 reports it
+  and skips the rest.
 * ``SkipsOnOneRank``: a skip decorator that reads ``RANK`` skips ``test_a`` and
   ``test_c`` on rank 0 only.  ``test_a`` has no collective, and the world goes on;
   in ``test_c`` rank 1 waits in a collective for rank 0, and the world cannot go
@@ -62,6 +63,7 @@ class StuckRank(MultiProcContinuousTest):
 
     @timeout(2)
     def test_a_rank_1_is_stuck(self):
+        print(f"rank {self.rank} starts the test")
         if self.rank == 1:
             time.sleep(60)
 
