@@ -535,7 +535,10 @@ def test_umask_recursion_limit_tracing_and_timers_are_watched_and_put_back():
     for item in ("umask", "recursion limit", "trace function (sys.settrace)", "profile function (sys.setprofile)",
                  "pending alarm or interval timer", "torch function modes (torch.device(...) contexts, TorchFunctionMode)"
                  " changed: none entered \u2192 DeviceContext(meta) entered",
-                 "child processes in a session of their own changed: none running \u2192 '"):
+                 "child processes in a session of their own changed: none running \u2192 '",
+                 "SIGCHLD handler", "SIGTERM handler", "open-file limit (RLIMIT_NOFILE soft, hard)",
+                 "numpy error handling (np.seterr)", "numpy print options", "autograd anomaly mode",
+                 "gc thresholds", "default socket timeout", "torch print options", "environment variable TZ"):
         assert f"left {item}" in proc.stderr, describe(proc)
 
 
