@@ -38,17 +38,20 @@ import fnmatch
 import functools
 import inspect
 import textwrap
-from typing import Any, Callable, Iterable, Optional, Set, TypeVar, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Set, TypeVar, Union
 
 from continuous_test import sizes
 from continuous_test.errors import ConfigError
 
-__all__ = ["fresh_world", "changes_its_world", "either", "wanted", "FRESH_WORLD_ATTR", "BAD_FRESH_WORLD_TESTS"]
+__all__ = ["fresh_world", "changes_its_world", "either", "wanted", "FRESH_WORLD_ATTR", "BAD_FRESH_WORLD_TESTS",
+           "ONE_SHOT_FRESH_WORLD_TESTS"]
 
 FRESH_WORLD_ATTR = "__continuous_test_fresh_world__"
 BAD_FRESH_WORLD_TESTS = ("{where} must be test names or fnmatch patterns (str, or a list, set or dict of them), "
                          "or a callable rule(cls, name) -> bool such as continuous_test.changes_its_world; "
                          "got {value!r}")
+ONE_SHOT_FRESH_WORLD_TESTS = ("{where} is an iterator ({value!r}), which is read only once and would choose "
+                              "nothing after the first test: give a list, set or tuple of names or patterns")
 
 F = TypeVar("F", bound=Callable[..., Any])
 Rule = Callable[[type, str], bool]
@@ -94,6 +97,8 @@ def _as_rule(choice: Any, where: str) -> Rule:
     """``choice`` (a rule, or names and patterns: any iterable of str, a dict's keys too) as a rule."""
     if callable(choice):
         return choice
+    if isinstance(choice, Iterator):  # read once, it would choose for the first test only
+        raise ConfigError(ONE_SHOT_FRESH_WORLD_TESTS.format(where=where, value=choice))
     patterns = (choice,) if isinstance(choice, str) else None
     if patterns is None and isinstance(choice, Iterable):
         patterns = tuple(choice)
@@ -108,10 +113,12 @@ def changes_its_world(cls: type, name: str) -> bool:
     True when the test, or a helper of its class it calls as ``self.<helper>(...)``
     (followed through any depth), does any of:
 
-    * calls ``init_process_group`` or ``destroy_process_group`` with no group
-      argument (the default group; destroying a subgroup it made is fine);
-    * calls ``sys.exit``, ``os._exit`` or ``os.abort``;
-    * assigns or deletes ``os.environ["MASTER_PORT"]`` (or another variable the
+    * calls ``init_process_group``, or ``destroy_process_group`` with no group
+      argument or ``None`` (the default group; destroying a subgroup it made is fine);
+    * calls ``sys.exit``, ``os._exit`` or ``os.abort``, under any name (``from os
+      import _exit``, ``import os as o``), or raises ``SystemExit``;
+    * assigns, deletes, updates, pops or sets by default ``os.environ["MASTER_PORT"]``
+      (``os.environ.update(MASTER_PORT=...)``; or another variable the
       rendezvous reads: ``MASTER_ADDR``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``,
       ``INIT_METHOD``);
     * is declared to end its ranks (``expect_exit``).
@@ -154,6 +161,7 @@ def _scan(function: Callable) -> Optional[tuple]:
         return None
     changes = False
     helpers: Set[str] = set()
+    names = _names(function, tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             callee = node.func
@@ -162,15 +170,64 @@ def _scan(function: Callable) -> Optional[tuple]:
                 helpers.add(callee.attr)
             if called in ("init_process_group",):
                 changes = True
-            elif called == "destroy_process_group" and not node.args and not node.keywords:
+            elif called == "destroy_process_group" and _default_group(node):
                 changes = True
-            elif called in ("exit", "_exit", "abort") and isinstance(callee, ast.Attribute) \
-                    and isinstance(callee.value, ast.Name) and callee.value.id in _PROCESS_ENDERS:
+            elif _ends_process(callee, names) or _sets_init_variable(node):
                 changes = True
+        elif isinstance(node, ast.Raise) and node.exc is not None:
+            raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            changes = changes or (isinstance(raised, ast.Name) and names.get(raised.id, raised.id) == "SystemExit")
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             changes = changes or any(_init_variable(target) for target in targets)
     return changes, frozenset(helpers)
+
+
+def _names(function: Callable, tree: ast.AST) -> dict:
+    """What names in the test mean, as dotted paths: its module's imports and its own (``_exit`` -> ``os._exit``)."""
+    names: dict = {}
+    for name, value in getattr(function, "__globals__", {}).items():
+        if inspect.ismodule(value):
+            names[name] = value.__name__
+        elif callable(value) and getattr(value, "__module__", None) in ("posix", "nt", "os", "sys"):
+            names[name] = f"{'os' if value.__module__ in ('posix', 'nt') else value.__module__}.{value.__name__}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update({alias.asname or alias.name: alias.name for alias in node.names})
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names})
+    return names
+
+
+_ENDERS = {f"{module}.{name}" for module in _PROCESS_ENDERS for name in ("exit", "_exit", "abort")}
+
+
+def _ends_process(callee: ast.AST, names: dict) -> bool:
+    """Whether a call of ``callee`` is ``sys.exit``, ``os._exit`` or ``os.abort``, under whatever name."""
+    if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Name):
+        return f"{names.get(callee.value.id, callee.value.id)}.{callee.attr}" in _ENDERS
+    return isinstance(callee, ast.Name) and names.get(callee.id) in _ENDERS
+
+
+def _default_group(call: ast.Call) -> bool:
+    """Whether a ``destroy_process_group`` call names no group, or ``None`` (the default group)."""
+    given = list(call.args[:1]) + [k.value for k in call.keywords if k.arg == "group"]
+    return all(isinstance(value, ast.Constant) and value.value is None for value in given)
+
+
+def _sets_init_variable(call: ast.Call) -> bool:
+    """``os.environ.update(MASTER_PORT=...)``, ``.update({"MASTER_PORT": ...})``, ``.setdefault/pop("MASTER_PORT")``."""
+    callee = call.func
+    if not (isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Attribute)
+            and callee.value.attr == "environ" and callee.attr in ("update", "setdefault", "pop", "__setitem__")):
+        return False
+    keys: List[Any] = [k.arg for k in call.keywords]
+    for arg in call.args[:1]:
+        if isinstance(arg, ast.Dict):
+            keys += [k.value for k in arg.keys if isinstance(k, ast.Constant)]
+        elif isinstance(arg, ast.Constant):
+            keys.append(arg.value)
+    return any(key in _INIT_VARIABLES for key in keys)
 
 
 def _init_variable(target: ast.AST) -> bool:

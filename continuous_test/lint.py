@@ -31,6 +31,9 @@ Which runner a file needs depends on what it holds:
   calls ``run_tests()`` or ``unittest.main()`` without calling ``pytest.main`` is reported.
 - **both**: only pytest runs everything, so the main block must call ``pytest.main`` or raise.
 
+A file that holds no test (no test function, no test class, no class derived from a base named
+like a test case: a helper module named ``test_*.py``) needs no main block and is not reported.
+
 Rules, each reported as ``path:line: message``, with advice that keeps the file runnable:
 
 - A file that needs a main block has none (either operand order, any quotes). Reported on
@@ -189,6 +192,8 @@ def check_source(source: bytes | str, path: str) -> list[Problem]:
         return [_error(path, 1, CANNOT_PARSE.format(error=str(exc) or type(exc).__name__))]
     tests = _find_tests(tree)
     blocks = _main_blocks(tree)
+    if tests.function is None and not tests.has_classes and not _may_inherit_tests(tree):
+        return []  # a helper module named test_*.py: nothing for any runner to run
     if not blocks:
         if tests.function is not None and not tests.has_classes:
             return []  # pytest-style: pytest runs it, and `python file.py` is not its runner
@@ -277,6 +282,18 @@ def _find_tests(tree: ast.Module) -> _Tests:
             elif node.name.startswith("Test") and _defines_tests(node):
                 function = function or (f"{node.name}.{_defines_tests(node)}", node.lineno)
     return _Tests(function, has_classes)
+
+
+def _may_inherit_tests(tree: ast.Module) -> bool:
+    """Whether a top-level class derives from a base named like a test case (``class T(unittest.TestCase)``):
+    its tests may come from the base."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+                if "Test" in name:
+                    return True
+    return False
 
 
 def _is_unittest_class(node: ast.ClassDef) -> bool:

@@ -3,7 +3,8 @@
 * **Rank-aware reports.**  A failing distributed test gets one report section per
   rank that did not pass (its traceback or stacks, and its captured output), plus one
   section with the state of the other ranks.  The failing ranks are recorded as the
-  ``failing_ranks`` property, which ``--junitxml`` writes to the XML.
+  ``failing_ranks`` property (every rank that did not pass), and those whose own
+  code raised as ``raising_ranks``, which ``--junitxml`` writes to the XML.
 * **Options and markers.**  ``--ct-timeout SECONDS`` (ini ``ct_timeout``) sets every
   per-test time limit, ``--ct-world-size N`` (ini ``ct_world_size``) every world size.
   ``@pytest.mark.world_size(n)`` on a test class or module (or on one
@@ -622,8 +623,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.sections.append(("other ranks", "\n".join(others) + "\n"))
     for section in getattr(error, "ct_sections", ()):
         report.sections.append((section.title, section.text.rstrip() + "\n"))
-    failing = ",".join(str(r) for r, info in sorted(ranks.items()) if info.status.is_problem)
-    item.user_properties.append(("failing_ranks", failing))
+    from continuous_test.controller import run_log
+    from continuous_test.verdict.report import failing_ranks, raising_ranks
+
+    run_log.log().error_seen(error)  # under a launcher, no world's run gave the ranks
+    item.user_properties.append(("failing_ranks", ",".join(map(str, failing_ranks(ranks)))))
+    item.user_properties.append(("raising_ranks", ",".join(map(str, raising_ranks(ranks)))))
     _summary_message(item, report, call.excinfo)
 
 

@@ -100,7 +100,7 @@ def _lanes(report: Dict[str, Any]) -> List[Tuple[Dict[str, Any], List[Dict[str, 
         if test.get("world") is None:
             plain.setdefault(test.get("worker"), []).append(
                 {"test": test["id"], "start": test["start"], "end": test["end"], "outcome": test["outcome"],
-                 "failing_ranks": [], "purpose": "tests"})
+                 "failing_ranks": [], "raising_ranks": [], "purpose": "tests"})
     for worker, runs in sorted(plain.items(), key=lambda kv: str(kv[0])):
         name = f"{worker}: without ranks" if worker else "without ranks"
         lanes.append(({"id": name, "class": "", "world_size": 0, "kind": "plain", "starts": [], "for_test": None,
@@ -194,9 +194,12 @@ def _bar(run: Dict[str, Any], x: Any, y: int, label_end: float) -> Tuple[str, fl
     by = y + (LANE_HEIGHT - BAR_HEIGHT) / 2
     purpose = run.get("purpose", "tests")
     ranks = run.get("failing_ranks") or []
+    raised = [r for r in run.get("raising_ranks") or [] if r in ranks]
     tip = f"{run['test']}: {outcome}, {run['end'] - run['start']:.2f} s"
     if ranks:
         tip += f", failing ranks {', '.join(map(str, ranks))}"
+    if raised and raised != ranks:  # the others only waited for them
+        tip += f" (raised on {'rank' if len(raised) == 1 else 'ranks'} {', '.join(map(str, raised))}; the others waited)"
     if purpose != "tests":
         tip += f" ({purpose} for {run.get('for_test')})"
     dash = ' stroke="#222" stroke-dasharray="3,2"' if purpose != "tests" else ""
@@ -207,6 +210,8 @@ def _bar(run: Dict[str, Any], x: Any, y: int, label_end: float) -> Tuple[str, fl
     if w > 7 * len(name):
         parts.append(f'<text class="bar-label" x="{sx + 3:.1f}" y="{by + 13:.1f}">{_e(name)}</text>')
     label = ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
+    if raised and raised != ranks:
+        label += f" ({','.join(map(str, raised))} raised)"
     if ranks and sx >= label_end:  # else the tooltip still says them
         near_end = sx > LABEL_WIDTH + PLOT_WIDTH - 70  # keep the label inside the picture
         anchor = f' x="{ex:.1f}" text-anchor="end"' if near_end else f' x="{sx:.1f}"'
@@ -220,7 +225,7 @@ def _kind_words(world: Dict[str, Any]) -> str:
     kind = world["kind"]
     if kind == "plain":
         return "tests without ranks"
-    size = f"{world['world_size']} ranks"
+    size = f"{world['world_size']} rank{'' if world['world_size'] == 1 else 's'}"
     if kind == "replay":
         return f"{size}, rerun/bisect of {short_test_name(world.get('for_test') or '')}"
     starts = len(world.get("starts", []))
@@ -248,7 +253,7 @@ def _summary(report: Dict[str, Any], span: float, before: float) -> str:
 
 
 def _legend() -> str:
-    entries = [(COLOURS["passed"], "passed"), (COLOURS["failed"], "failed (failing ranks above)"),
+    entries = [(COLOURS["passed"], "passed"), (COLOURS["failed"], "failed (failing ranks above; those that raised in brackets)"),
                (COLOURS["error"], "error, or a world that failed to start"),
                (COLOURS["skipped"], "skipped"), ("#2f6db5", "world start"), ("#e08a2b", "world restart"),
                ("#6a4fb3", "rerun / bisect world")]
@@ -258,7 +263,7 @@ def _legend() -> str:
 
 def _table(report: Dict[str, Any], start: float) -> str:
     rows = ["<table class=\"tests\"><tr><th>test</th><th>outcome</th><th>start</th><th>seconds</th><th>world</th>"
-            "<th>failing ranks</th><th>diagnosis</th><th>leaks</th></tr>"]
+            "<th>failing ranks</th><th>raised on</th><th>diagnosis</th><th>leaks</th></tr>"]
     for test in report.get("tests", []):
         diagnosis = test.get("diagnosis") or {}
         words = diagnosis.get("verdict", "")
@@ -271,8 +276,9 @@ def _table(report: Dict[str, Any], start: float) -> str:
         if test.get("world_restarts"):
             world += f" (restart {test['world_restarts']})"
         cells = [test["id"], test["outcome"], f"{test['start'] - start:.2f}", f"{test['seconds']:.2f}", world,
-                 ",".join(map(str, test.get("failing_ranks", []))), words, leaks]
-        classes = ["id", "outcome", "start", "seconds", "world", "ranks", "diagnosis", "leaks"]
+                 ",".join(map(str, test.get("failing_ranks", []))), ",".join(map(str, test.get("raising_ranks", []))),
+                 words, leaks]
+        classes = ["id", "outcome", "start", "seconds", "world", "ranks", "raising", "diagnosis", "leaks"]
         tds = "".join(f'<td class="{c}">{_e(str(v))}</td>' for c, v in zip(classes, cells))
         rows.append(f'<tr class="{_e(test["outcome"])}" data-test="{_e(test["id"])}">{tds}</tr>')
     rows.append("</table>")

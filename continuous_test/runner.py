@@ -30,6 +30,14 @@ INTERRUPTED_DIAGNOSIS = ("Interrupted (Ctrl-C) during the rerun and bisect of th
                          "above); the ranks were stopped. {ran}")
 
 
+def _error_seen(err: Any) -> None:
+    """Tell the run log the ranks of a failure (under a launcher, no world's run says them)."""
+    from continuous_test.controller import run_log
+
+    if err is not None:
+        run_log.log().error_seen(err[1])
+
+
 class ContinuousTestResult(unittest.TextTestResult):
     """unittest's text result that remembers the running test (for the interrupt line), ends
     each failure's report with the shuffle seed, if any, and tells the run log how each test ended."""
@@ -60,10 +68,12 @@ class ContinuousTestResult(unittest.TextTestResult):
 
     def addFailure(self, test, err) -> None:  # noqa: N802 - unittest's name
         self._ended("failed")
+        _error_seen(err)
         super().addFailure(test, err)
 
     def addError(self, test, err) -> None:  # noqa: N802 - unittest's name
         self._ended("error")
+        _error_seen(err)
         super().addError(test, err)
 
     def addSkip(self, test, reason) -> None:  # noqa: N802 - unittest's name
@@ -81,6 +91,7 @@ class ContinuousTestResult(unittest.TextTestResult):
     def addSubTest(self, test, subtest, err) -> None:  # noqa: N802 - unittest's name
         if err is not None:
             self._ended("failed" if issubclass(err[0], test.failureException) else "error")
+            _error_seen(err)
         super().addSubTest(test, subtest, err)
 
     def _exc_info_to_string(self, err, test) -> str:  # noqa: N802 - unittest's name

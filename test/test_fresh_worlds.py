@@ -7,6 +7,7 @@ import collections
 import json
 import os
 import sys
+from os import _exit
 from pathlib import Path
 
 import helpers
@@ -127,11 +128,41 @@ class _Suite:
     def test_recursive(self):
         self.test_recursive()
 
+    def test_raises_system_exit(self):
+        raise SystemExit(3)
+
+    def test_raises_another_error(self):
+        raise ValueError("not an exit")
+
+    def test_exits_by_an_imported_name(self):
+        _exit(0)
+
+    def test_exits_by_a_local_alias(self):
+        from os import abort as stop
+
+        stop()
+
+    def test_destroys_the_default_group_named_none(self):
+        import torch.distributed as dist
+
+        dist.destroy_process_group(group=None)
+
+    def test_updates_the_port(self):
+        os.environ.update(MASTER_PORT="29501")
+
+    def test_updates_the_port_from_a_dict(self):
+        os.environ.update({"MASTER_ADDR": "127.0.0.1"})
+
+    def test_updates_another_variable(self):
+        os.environ.update(NCCL_DEBUG="INFO")
+
 
 def test_the_rule_reads_the_test_and_its_helpers():
     picked = sorted(name for name in dir(_Suite) if name.startswith("test") and changes_its_world(_Suite, name))
-    assert picked == ["test_declared_exit", "test_deletes_the_port", "test_destroys_the_default_group", "test_exits",
-                      "test_new_port", "test_through_helpers"]
+    assert picked == ["test_declared_exit", "test_deletes_the_port", "test_destroys_the_default_group",
+                      "test_destroys_the_default_group_named_none", "test_exits", "test_exits_by_a_local_alias",
+                      "test_exits_by_an_imported_name", "test_new_port", "test_raises_system_exit",
+                      "test_through_helpers", "test_updates_the_port", "test_updates_the_port_from_a_dict"]
 
 
 def test_decorator_names_patterns_dicts_and_rules_choose_tests():
@@ -160,6 +191,12 @@ def test_decorator_names_patterns_dicts_and_rules_choose_tests():
 
     with pytest.raises(ConfigError, match=r"Bad.fresh_world_tests must be test names"):
         wanted(Bad, "test_plain")
+
+    class OneShot(_Suite):  # read once, it would choose test_plain for the first test asked about only
+        fresh_world_tests = (name for name in ["test_plain"])
+
+    with pytest.raises(ConfigError, match=r"OneShot.fresh_world_tests is an iterator .* give a list, set or tuple"):
+        wanted(OneShot, "test_plain")
 
 
 

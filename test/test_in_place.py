@@ -1,6 +1,8 @@
 """torchrun across two (local) nodes, and srun simulated by its environment variables."""
 from __future__ import annotations
 
+import json
+import os
 import re
 import socket
 import subprocess
@@ -13,7 +15,7 @@ from helpers import describe, unittest_counts
 
 from continuous_test.launched.detect import LAUNCH_HINTS, Mode
 from continuous_test.launched.join import OTHER_RUN, PORT_IN_USE, UNRESOLVABLE, WORLD_BROKEN
-from continuous_test.launched.run import WORLD_SIZE_MISMATCH
+from continuous_test.launched.run import world_size_mismatch
 
 FAULTS = "test_launched_faults.py"
 BREAKING_TEST = "BreaksTheWorld.test_b_rank_1_raises_while_rank_0_waits"
@@ -97,7 +99,7 @@ def test_torchrun_a_test_that_breaks_the_world_leaves_later_tests_healthy(tmp_pa
     assert unittest_counts(out) == {"ran": 6, "errors": 1, "failures": 1}, describe(proc)
     for healthy in ("test_c_healthy", "test_d_healthy"):
         assert f"{healthy} (__main__.BreaksTheWorld.{healthy}) ... ok" in out, describe(proc)
-    assert f"{BREAKING_TEST} failed on ranks 0, 1 of 2" in out
+    assert f"{BREAKING_TEST} failed on rank 1 of 2 (rank 0 failed waiting for it in a collective)" in out, describe(proc)
     assert "rank 1: RuntimeError: rank 1 breaks on purpose" in out
     # MultiProcessTestCase: once per launch (2 fresh ranks), not once per launcher rank (4).
     assert count.read_text().split() == ["0", "1"], describe(proc)
@@ -124,6 +126,8 @@ def test_torchrun_a_stuck_rank_is_reported_and_the_rest_skipped():
     assert unittest_counts(out) == {"ran": 2, "errors": 1, "skipped": 1}, describe(proc)
     assert "StuckRank.test_a_rank_1_is_stuck exceeded its time limit of 2 s on rank 1" in out
     assert "time.sleep(60)" in out  # rank 1's stack, in rank 0's report
+    # Rank 1 exits in the test: what it printed in it comes to the terminal with its stacks.
+    assert "rank 1 output:\n[rank1] rank 1 starts the test" in out, describe(proc)
     why = WORLD_BROKEN.format(test="StuckRank.test_a_rank_1_is_stuck", why="rank 1 timed out")
     assert f"test_b_healthy (__main__.StuckRank.test_b_healthy) ... skipped {why!r}" in out, describe(proc)
 
@@ -148,7 +152,7 @@ def test_torchrun_a_hang_in_a_shuffled_order_is_reported_and_the_rest_skipped():
 def test_srun_world_size_mismatch_names_srun_options():
     port = helpers.free_port()
     tasks = finish([start([sys.executable, "test_multinode.py", "-v"], slurm_env(r, 2, port)) for r in range(2)])
-    message = WORLD_SIZE_MISMATCH.format(cls="FourRankTest", needed=4, launched=2, hint=LAUNCH_HINTS[Mode.SLURM])
+    message = world_size_mismatch("FourRankTest", 4, 2, LAUNCH_HINTS[Mode.SLURM])
     assert message in tasks[0].stderr, describe(tasks[0])
     assert "nproc" not in tasks[0].stderr
 
@@ -230,3 +234,64 @@ def test_srun_a_master_address_that_does_not_resolve_fails_at_once_naming_where_
     expected = UNRESOLVABLE.split("{error}")[0].format(addr=host, source=where)
     assert expected in proc.stderr, describe(proc)
     assert proc.returncode != 0, describe(proc)
+
+
+def test_ranks_that_ran_different_tests_at_one_position_are_told_apart():
+    # The exchange keys by the test's position; the names the ranks publish must agree.
+    import pickle
+
+    import torch.distributed as dist
+
+    from continuous_test.errors import RendezvousError
+    from continuous_test.launched import run as launched_run
+    from continuous_test.launched.detect import Launch
+    from continuous_test.launched.join import Joined
+    from continuous_test.wire.outcome import RankOutcome
+
+    store = dist.HashStore()
+    joined = Joined(store=store, rank=0, start_timeout=5.0, seq=3)
+    launch = Launch(Mode.TORCHRUN, rank=0, world_size=2)
+    key = launched_run._test_key(joined)
+    assert key == "test/3"
+    dist.PrefixStore(key, store).set("1", pickle.dumps(RankOutcome(1, test="test_x.py::test_b")))
+    with pytest.raises(RendezvousError, match=r"as test 3 of this launch \(rank 0: test_x.py::test_a, "
+                                              r"rank 1: test_x.py::test_b\)"):
+        launched_run._exchange(joined, key, RankOutcome(0, test="test_x.py::test_a"), launch, 1.0)
+    assert joined.broken is not None and "different tests" in joined.broken
+
+
+@pytest.mark.e2e
+def test_torchrun_a_ranks_output_is_in_the_merged_report_and_the_json_report_names_the_rank(tmp_path):
+    # As without a launcher: each rank's output is in the failure's report, labelled by
+    # rank, not printed raw above it; the JSON report names rank 1, which raised.
+    report = tmp_path / "run.json"
+    proc = helpers.torchrun(FAULTS, 2, "PrintsAndFails", env={"CONTINUOUS_TEST_REPORT": str(report)})
+    out = proc.stdout + proc.stderr
+    assert unittest_counts(proc.stderr) == {"ran": 1, "failures": 1}, describe(proc)
+    assert "rank 0 output:\n[rank0] printed by rank 0\nrank 1 output:\n[rank1] printed by rank 1" in proc.stderr, \
+        describe(proc)
+    assert not re.search(r"^printed by rank", out, re.M), describe(proc)
+    (test,) = json.loads(report.read_text())["tests"]
+    assert (test["failing_ranks"], test["raising_ranks"]) == ([1], [1]), test
+
+
+def test_a_world_size_mismatch_counts_one_rank_as_one():
+    message = world_size_mismatch("OneRankTest", 1, 2, LAUNCH_HINTS[Mode.TORCHRUN])
+    assert "started WORLD_SIZE=2 ranks" in message and "giving 1 rank, or run it" in message, message
+    assert "started WORLD_SIZE=1 rank;" in world_size_mismatch("TwoRankTest", 2, 1, LAUNCH_HINTS[Mode.TORCHRUN])
+
+
+def test_a_launched_tests_output_is_captured_whole_and_said_so_far(monkeypatch):
+    # What reaches file descriptors 1 and 2 (a print to the process's stdout, a C library's writes).
+    # Under pytest, as here, pytest's own capture takes sys.stdout's prints first.
+    from continuous_test.launched import output
+
+    monkeypatch.delenv("CONTINUOUS_TEST_LIVE_OUTPUT", raising=False)
+    with output.Output() as captured:
+        print("from print", file=sys.__stdout__, flush=True)
+        os.write(2, b"from fd 2\n")
+        assert output.so_far() == "from print\nfrom fd 2\n"
+        assert output.terminal[0] is not None
+    assert captured.text == "from print\nfrom fd 2\n" and output.terminal[0] is None and output.so_far() == ""
+    text = "".join(f"line {i}\n" for i in range(output.MAX_LINES + 5))
+    assert output.tail(text).splitlines()[:2] == ["... 5 line(s) left out", "line 5"]

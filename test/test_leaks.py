@@ -6,10 +6,13 @@ The multi-process behaviour is in test_isolation.py.
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import re
+import resource
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +20,7 @@ import time
 import unittest
 import warnings
 
+import numpy
 import pytest
 import torch
 
@@ -134,6 +138,66 @@ def test_filters_a_newly_imported_module_sets_for_its_own_warnings_are_not_a_lea
     assert report.leaks[0].item == "warnings filters"
 
 
+def test_a_changed_tz_is_put_back_and_local_time_follows(monkeypatch):
+    # The C library reads TZ only at tzset(): putting the variable back is not enough.
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        def change():
+            os.environ["TZ"] = "JST-9"
+            time.tzset()
+
+        report = _check(change)
+        assert [leak.item for leak in report.leaks] == ["environment variable TZ"]
+        assert os.environ["TZ"] == "UTC" and time.timezone == 0, (time.timezone, time.tzname)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_what_a_first_import_changes_is_the_imports_and_kept(tmp_path, monkeypatch):
+    # Every kind of state a module changes while it is first imported (here a
+    # variable, a non-module sys.modules entry, a handler, a socket timeout, a filter,
+    # a path entry) belongs to the import; what the test changes after it is a leak.
+    (tmp_path / "ct_import_state.py").write_text(
+        "import os, signal, socket, sys, types, warnings\n"
+        "os.environ['CT_IMPORT_STATE_HOME'] = '/opt/ct'\n"
+        "sys.modules['ct_import_state_shim'] = types.SimpleNamespace(ANSWER=42)\n"
+        "signal.signal(signal.SIGCHLD, lambda *a: None)\n"
+        "socket.setdefaulttimeout(30.0)\n"
+        "warnings.filterwarnings('ignore', message='ct import state')\n"
+        "sys.path.append('/opt/ct/vendor')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    handler, path = signal.getsignal(signal.SIGCHLD), list(sys.path)
+    filters = list(warnings.filters)
+    try:
+        before = leaks.take()
+        importlib.import_module("ct_import_state")
+        assert leaks.check(before, "restore") is None
+        assert os.environ["CT_IMPORT_STATE_HOME"] == "/opt/ct" and sys.modules["ct_import_state_shim"].ANSWER == 42
+        assert socket.getdefaulttimeout() == 30.0 and "/opt/ct/vendor" in sys.path
+
+        def change():
+            importlib.import_module("json")  # already imported: no import's change
+            os.environ["CT_IMPORT_STATE_HOME"] = "/elsewhere"
+            socket.setdefaulttimeout(None)
+
+        before = leaks.take()
+        importlib.import_module("ct_import_state")
+        report = _check(change)
+        assert sorted(leak.item for leak in report.leaks) == ["default socket timeout",
+                                                              "environment variable CT_IMPORT_STATE_HOME"]
+        assert os.environ["CT_IMPORT_STATE_HOME"] == "/opt/ct" and socket.getdefaulttimeout() == 30.0
+    finally:
+        for name in ("ct_import_state", "ct_import_state_shim"):
+            sys.modules.pop(name, None)
+        os.environ.pop("CT_IMPORT_STATE_HOME", None)
+        signal.signal(signal.SIGCHLD, handler)
+        socket.setdefaulttimeout(None)
+        warnings.filters[:] = filters
+        sys.path[:] = path
+
+
 def test_default_dtype_is_reported_and_put_back():
     report = _check(lambda: torch.set_default_dtype(torch.float64))
     assert report.leaks == (outcome.Leak("torch default dtype", "torch.float32", "torch.float64", True),)
@@ -193,6 +257,17 @@ def test_a_changed_or_removed_variable_is_put_back(monkeypatch):
      "global module hooks (torch.nn.modules.module._global_forward_hooks)"),
     (lambda: importlib.import_module("torch.optim.optimizer").register_optimizer_step_pre_hook(lambda *a: None),
      "global optimizer hooks (torch.optim.optimizer._global_optimizer_pre_hooks)"),
+    (lambda: signal.signal(signal.SIGCHLD, lambda *a: None), "SIGCHLD handler"),
+    (lambda: signal.signal(signal.SIGTERM, lambda *a: None), "SIGTERM handler"),
+    (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1,
+                                                          resource.getrlimit(resource.RLIMIT_NOFILE)[1])),
+     "open-file limit (RLIMIT_NOFILE soft, hard)"),
+    (lambda: gc.set_threshold(gc.get_threshold()[0] + 1), "gc thresholds"),
+    (lambda: socket.setdefaulttimeout(7.5), "default socket timeout"),
+    (lambda: numpy.seterr(all="raise"), "numpy error handling (np.seterr)"),
+    (lambda: numpy.set_printoptions(precision=3), "numpy print options"),
+    (lambda: torch.set_printoptions(precision=2), "torch print options (precision, threshold, edgeitems, linewidth, sci_mode)"),
+    (lambda: torch.set_anomaly_enabled(True), "autograd anomaly mode (enabled, check_nan)"),
 ])
 def test_each_item_is_seen_and_put_back(change, item):
     stdout = sys.stdout
@@ -460,7 +535,10 @@ def test_umask_recursion_limit_tracing_and_timers_are_watched_and_put_back():
     for item in ("umask", "recursion limit", "trace function (sys.settrace)", "profile function (sys.setprofile)",
                  "pending alarm or interval timer", "torch function modes (torch.device(...) contexts, TorchFunctionMode)"
                  " changed: none entered \u2192 DeviceContext(meta) entered",
-                 "child processes in a session of their own changed: none running \u2192 '"):
+                 "child processes in a session of their own changed: none running \u2192 '",
+                 "SIGCHLD handler", "SIGTERM handler", "open-file limit (RLIMIT_NOFILE soft, hard)",
+                 "numpy error handling (np.seterr)", "numpy print options", "autograd anomaly mode",
+                 "gc thresholds", "default socket timeout", "torch print options", "environment variable TZ"):
         assert f"left {item}" in proc.stderr, describe(proc)
 
 

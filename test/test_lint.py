@@ -39,6 +39,10 @@ if __name__ == "__main__":
 """
 
 
+# A file that holds a test and no main block: a violation wherever it is checked.
+UNRUN = "import unittest\n\n\nclass T(unittest.TestCase):\n    def test_x(self):\n        pass\n"
+
+
 def write(path: Path, source: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(source), encoding="utf-8")
@@ -98,9 +102,15 @@ def test_missing_main_block_is_reported_on_line_1() -> None:
     assert problems[0].kind is lint.Kind.VIOLATION
 
 
-def test_empty_file_has_no_main_block() -> None:
-    assert [p.line for p in check("")] == [1]
-    assert check("")[0].message == lint.NO_MAIN_BLOCK
+def test_a_file_that_holds_no_test_needs_no_main_block() -> None:
+    # An empty file, or a helper module named test_*.py: nothing for any runner to run.
+    assert check("") == []
+    helper = "import torch\n\nclass Buffer:\n    pass\n\nclass Failed(Exception):\n    pass\n\ndef make_input():\n    return 1\n"
+    assert check(helper, "test_utils.py") == []
+    # A class derived from a test case may inherit its tests: it still needs one.
+    assert [p.message for p in check("import unittest\nclass T(unittest.TestCase):\n    pass\n")] == [lint.NO_MAIN_BLOCK]
+    assert [p.message for p in check("from base import SharedTests\nclass T(SharedTests):\n    pass\n")] == \
+        [lint.NO_MAIN_BLOCK]
 
 
 def test_block_without_run_tests_is_reported_on_the_if_line() -> None:
@@ -279,12 +289,13 @@ def test_following_the_advice_keeps_a_pytest_file_runnable(tmp_path: Path) -> No
 )
 def test_rejected_sources(source: str, message: str) -> None:
     expected = lint.NO_MAIN_BLOCK if message == "none" else lint.MAIN_BLOCK_WITHOUT_RUN_TESTS
+    source += "\n\nclass T(unittest.TestCase):\n    def test_x(self):\n        pass\n"  # a file that holds a test
     problems = lint.check_source(source, "test_x.py")
     assert [(p.line, p.message) for p in problems] == [(1, expected)]
 
 
 def test_every_failing_block_is_reported_when_none_passes() -> None:
-    source = 'if __name__ == "__main__":\n    pass\nx = 1\nif "__main__" == __name__:\n    pass\n'
+    source = 'if __name__ == "__main__":\n    pass\nx = 1\nif "__main__" == __name__:\n    pass\n' + UNRUN
     problems = lint.check_source(source, "test_x.py")
     assert [p.line for p in problems] == [1, 4]
 
@@ -305,7 +316,7 @@ def test_syntax_error_does_not_stop_other_files_and_wins_over_violations(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write(tmp_path / "test_a_bad.py", "def f(:\n")
-    write(tmp_path / "test_b_missing.py", "x = 1\n")
+    write(tmp_path / "test_b_missing.py", UNRUN)
     write(tmp_path / "test_c_good.py", GOOD)
     code, out, err = run_main([str(tmp_path)], capsys)
     assert code == 2
@@ -343,7 +354,7 @@ def test_unreadable_file_found_in_walk_exits_2(
 def test_nonexistent_path_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write(tmp_path / "test_missing.py", "x = 1\n")
+    write(tmp_path / "test_missing.py", UNRUN)
     missing = tmp_path / "nope"
     code, out, err = run_main([str(tmp_path), str(missing)], capsys)
     assert code == 2
@@ -385,8 +396,8 @@ def test_clean_run_exits_0_with_summary(
 def test_violations_exit_1_and_use_path_line_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    missing = write(tmp_path / "test_missing.py", "x = 1\n")
-    no_call = write(tmp_path / "test_no_call.py", 'x = 1\nif __name__ == "__main__":\n    main()\n')
+    missing = write(tmp_path / "test_missing.py", UNRUN)
+    no_call = write(tmp_path / "test_no_call.py", 'x = 1\nif __name__ == "__main__":\n    main()\n' + UNRUN)
     code, out, err = run_main([str(tmp_path)], capsys)
     assert code == lint.ExitCode.PROBLEMS == 1
     assert out.splitlines() == [
@@ -406,7 +417,7 @@ def test_quiet_prints_nothing_on_success(
 def test_quiet_still_prints_problems_but_no_summary(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bad = write(tmp_path / "test_bad.py", "x = 1\n")
+    bad = write(tmp_path / "test_bad.py", UNRUN)
     code, out, err = run_main(["--quiet", str(tmp_path)], capsys)
     assert (code, out, err) == (1, f"{bad}:1: {lint.NO_MAIN_BLOCK}\n", "")
 
@@ -414,7 +425,7 @@ def test_quiet_still_prints_problems_but_no_summary(
 def test_output_is_sorted_by_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     names = ["z/test_c.py", "a/b/test_b.py", "test_z.py", "a/test_a.py", "m/test_m.py"]
     for name in names:
-        write(tmp_path / name, "x = 1\n")
+        write(tmp_path / name, UNRUN)
     _, out, _ = run_main([str(tmp_path)], capsys)
     paths = [LINE_RE.match(line).group("path") for line in out.splitlines()]
     assert paths == sorted(str(tmp_path / name) for name in names)
@@ -426,12 +437,12 @@ def test_output_is_sorted_by_path(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_directory_walk_finds_nested_test_files_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write(tmp_path / "test_top.py", "x = 1\n")
-    write(tmp_path / "pkg" / "sub" / "test_deep.py", "x = 1\n")
-    write(tmp_path / "pkg" / "helper.py", "x = 1\n")
-    write(tmp_path / "pkg" / "conftest.py", "x = 1\n")
-    write(tmp_path / "pkg" / "mytest_x.py", "x = 1\n")
-    write(tmp_path / "pkg" / "test_notes.txt", "x = 1\n")
+    write(tmp_path / "test_top.py", UNRUN)
+    write(tmp_path / "pkg" / "sub" / "test_deep.py", UNRUN)
+    write(tmp_path / "pkg" / "helper.py", UNRUN)
+    write(tmp_path / "pkg" / "conftest.py", UNRUN)
+    write(tmp_path / "pkg" / "mytest_x.py", UNRUN)
+    write(tmp_path / "pkg" / "test_notes.txt", UNRUN)
     files = lint.discover_files([str(tmp_path)]).files
     assert files == [str(tmp_path / "pkg/sub/test_deep.py"), str(tmp_path / "test_top.py")]
     code, out, err = run_main([str(tmp_path)], capsys)
@@ -442,7 +453,7 @@ def test_directory_walk_finds_nested_test_files_only(
 def test_default_path_is_current_directory_with_relative_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write(tmp_path / "sub" / "test_bad.py", "x = 1\n")
+    write(tmp_path / "sub" / "test_bad.py", UNRUN)
     monkeypatch.chdir(tmp_path)
     code, out, _ = run_main([], capsys)
     assert code == 1
@@ -452,7 +463,7 @@ def test_default_path_is_current_directory_with_relative_output(
 def test_explicit_file_is_checked_whatever_its_name(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    helper = write(tmp_path / "helper.py", "x = 1\n")
+    helper = write(tmp_path / "helper.py", UNRUN)
     assert lint.discover_files([str(tmp_path)]).files == []
     code, out, _ = run_main([str(helper)], capsys)
     assert code == 1
@@ -462,7 +473,7 @@ def test_explicit_file_is_checked_whatever_its_name(
 def test_file_reached_twice_is_checked_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bad = write(tmp_path / "test_bad.py", "x = 1\n")
+    bad = write(tmp_path / "test_bad.py", UNRUN)
     code, out, err = run_main([str(tmp_path), str(bad), f"{tmp_path}/./test_bad.py"], capsys)
     assert code == 1
     assert out.splitlines() == [f"{bad}:1: {lint.NO_MAIN_BLOCK}"]
@@ -473,14 +484,14 @@ def test_file_reached_twice_is_checked_once(
     "skipped_dir", [".hidden", ".git", "__pycache__", ".tox", ".venv", "build", "pkg.egg-info"]
 )
 def test_default_skipped_directories(skipped_dir: str, tmp_path: Path) -> None:
-    write(tmp_path / skipped_dir / "test_bad.py", "x = 1\n")
-    write(tmp_path / "ok" / skipped_dir / "nested" / "test_bad.py", "x = 1\n")
-    write(tmp_path / "ok" / "test_kept.py", "x = 1\n")
+    write(tmp_path / skipped_dir / "test_bad.py", UNRUN)
+    write(tmp_path / "ok" / skipped_dir / "nested" / "test_bad.py", UNRUN)
+    write(tmp_path / "ok" / "test_kept.py", UNRUN)
     assert lint.discover_files([str(tmp_path)]).files == [str(tmp_path / "ok" / "test_kept.py")]
 
 
 def test_skipped_directory_given_explicitly_is_still_walked(tmp_path: Path) -> None:
-    write(tmp_path / "build" / "test_bad.py", "x = 1\n")
+    write(tmp_path / "build" / "test_bad.py", UNRUN)
     assert lint.discover_files([str(tmp_path / "build")]).files == [
         str(tmp_path / "build" / "test_bad.py")
     ]
@@ -503,7 +514,7 @@ def test_glob_option(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     for name in ["test_a.py", "b_test.py", "helper.py", "sub/c.py", "notes.txt"]:
-        write(tmp_path / name, "x = 1\n")
+        write(tmp_path / name, UNRUN)
     monkeypatch.chdir(tmp_path)
     code, out, _ = run_main([*globs, "."], capsys)
     assert code == 1
@@ -532,7 +543,7 @@ def test_exclude_option(
     excludes: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    write(tmp_path / "test" / "scenarios" / "test_scenario_one.py", "x = 1\n")
+    write(tmp_path / "test" / "scenarios" / "test_scenario_one.py", UNRUN)
     write(tmp_path / "test" / "test_unit.py", GOOD)
     monkeypatch.chdir(tmp_path)
     assert run_main(["test"], capsys)[0] == 1
@@ -544,7 +555,7 @@ def test_exclude_option(
 def test_exclude_applies_to_explicit_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write(tmp_path / "test" / "scenarios" / "test_s.py", "x = 1\n")
+    write(tmp_path / "test" / "scenarios" / "test_s.py", UNRUN)
     monkeypatch.chdir(tmp_path)
     path = os.path.join("test", "scenarios", "test_s.py")
     assert run_main([path], capsys)[0] == 1
@@ -559,7 +570,7 @@ def _make_many(root: Path, count: int) -> list[str]:
     for i in range(count):
         path = root / f"d{i % 20:02d}" / f"test_{i:05d}.py"
         if i % 3 == 0:
-            write(path, f"x = {i}\n")
+            write(path, f"{UNRUN}x = {i}\n")
             bad.append(str(path))
         else:
             write(path, GOOD)
@@ -591,8 +602,8 @@ def test_jobs_give_the_same_output_as_serial(
 
 @pytest.mark.e2e
 def test_runs_as_a_script(tmp_path: Path) -> None:
-    bad = write(tmp_path / "test_bad.py", 'import x\n\nif "__main__" == __name__:\n    x.main()\n')
-    missing = write(tmp_path / "sub" / "test_missing.py", "x = 1\n")
+    bad = write(tmp_path / "test_bad.py", 'import x\n\nif "__main__" == __name__:\n    x.main()\n' + UNRUN)
+    missing = write(tmp_path / "sub" / "test_missing.py", UNRUN)
     write(tmp_path / "sub" / "test_good.py", GOOD)
     result = subprocess.run(
         [sys.executable, str(LINT_PATH), str(tmp_path)],

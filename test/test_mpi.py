@@ -114,7 +114,8 @@ def test_rank_1_failure_matches_torchrun_and_later_tests_stay_healthy(mpiexec):
     assert_same_as_torchrun(proc, "rank 1 fails")
     # Rank 0's report comes although rank 1 ended its tests seconds earlier (its tearDownClass is slow).
     assert unittest_counts(proc.stderr) == {"ran": 2, "errors": 1}, describe(proc)
-    assert "Rank1Fails.test_a_rank_1_raises_while_rank_0_waits failed on ranks 0, 1 of 2" in proc.stderr
+    assert ("Rank1Fails.test_a_rank_1_raises_while_rank_0_waits failed on rank 1 of 2 "
+            "(rank 0 failed waiting for it in a collective)") in proc.stderr, describe(proc)
     assert "rank 1: RuntimeError: rank 1 fails on purpose" in proc.stderr
     # No poison: the default group was rebuilt after the failure.
     assert "test_b_healthy (__main__.Rank1Fails.test_b_healthy) ... ok" in proc.stderr, describe(proc)

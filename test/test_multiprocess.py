@@ -125,18 +125,22 @@ def test_bad_start_method_is_named():
 @pytest.mark.world
 def test_expect_exit_never_hides_a_failure_on_the_way_to_the_exit():
     proc = helpers.python("test_expect_exit.py", "-v")
-    assert unittest_counts(proc.stderr) == {"ran": 5, "failures": 3, "errors": 1}, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 6, "failures": 4, "errors": 1}, describe(proc)
     assert "test_d_passes (__main__.ExpectExitTest.test_d_passes) ... ok" in proc.stderr, describe(proc)
     # A declared rank the world does not have: a clear error naming the test, not a pass that checked nothing.
     assert "ConfigError: NoSuchRankTest.test_rank_one_exits: @expect_exit(ranks=[1]) names rank 1, which does " \
         "not exist: the test ran at world size 1 (rank 0)" in proc.stderr, describe(proc)
     for test in ("test_a_subtest_failed_before_the_exit", "test_b_assertion_on_a_rank_declared_to_exit_10",
-                 "test_c_own_failure_beside_a_wrong_ending"):
+                 "test_c_own_failure_beside_a_wrong_ending", "test_e_rank_0_exits_without_reporting"):
         assert f"FAIL: {test}" in proc.stderr or f"{test} (__main__.ExpectExitTest.{test}) ... FAIL" in proc.stderr, \
             describe(proc)
     # Rank 1's own assertion is in the report, even where rank 0's ending is what was wrong.
     assert "AssertionError: \"rank 1's own\" != 'failure'" in proc.stderr, describe(proc)
     assert "AssertionError: 'declared' != 'failed'" in proc.stderr, describe(proc)
+    # Rank 0 left without a report; rank 1's failure (its exit code 10) is still its failure.
+    assert "rank 1: failed: AssertionError: \"rank 1's assertion\" != 'still reported' (then ended with exit code 10)" \
+        in proc.stderr, describe(proc)
+    assert "exit code 10, as expected" not in proc.stderr, describe(proc)
 
 
 @pytest.mark.world

@@ -177,6 +177,19 @@ def test_functions_under_torchrun_pytest():
     assert proc.stdout.count("1 failed, 3 passed") == 2, describe(proc)
 
 
+@pytest.mark.e2e
+def test_functions_whose_fixture_values_differ_by_rank_under_torchrun_pytest():
+    # Each launched rank is a pytest session of its own: its tmp_path, and a value whose
+    # repr names the rank, give the test another id on each rank.  The ranks still meet
+    # on the test (its position in the order, its node id), and every later test runs.
+    launcher = ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                "--master-port", str(helpers.free_port())]
+    proc = helpers.run([helpers.sys.executable, *launcher, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                        "test_launched_fixtures.py"], env={"CONTINUOUS_TEST_TIMEOUT": "10"})
+    assert proc.returncode == 0, describe(proc)
+    assert proc.stdout.count("3 passed") == 2, describe(proc)
+
+
 @pytest.mark.world
 @pytest.mark.parametrize("selection", [[], ["-k", "test_a"]])
 def test_a_world_size_marker_on_one_test_of_a_shared_world_is_a_usage_error(selection):

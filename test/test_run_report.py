@@ -122,7 +122,8 @@ def test_junit_properties_carry_every_diagnosis(pytest_run):
     props = {case.get("name"): dict((p.get("name"), p.get("value")) for p in case.iter("property"))
              for case in ET.parse(junit).getroot().iter("testcase")}
     assert props["test_e_victim"] == {
-        "failing_ranks": "0,1", "diagnosis": "order-dependent", "world": "OrderTest", "world_restarts": "0",
+        "failing_ranks": "0,1", "raising_ranks": "0,1", "diagnosis": "order-dependent", "world": "OrderTest",
+        "world_restarts": "0",
         "polluters": "test/scenarios/test_order.py::OrderTest::test_a_poisons", "restarts_world": "true"}
     assert props["test_g_always"]["diagnosis"] == "fails-alone"
     assert props["test_g_always"]["world_restarts"] == "1"
@@ -218,16 +219,16 @@ def _odd_report() -> dict:
          "for_test": ODD, "starts": [dict(start, time=11.5, purpose="rerun")], "stopped": 12.0},
     ]
     run = {"world": "Quoted", "worker": None, "test": ODD, "for_test": ODD, "start": 11.0, "end": 11.5,
-           "outcome": "failed", "failing_ranks": [0, 1], "purpose": "tests"}
+           "outcome": "failed", "failing_ranks": [0, 1], "raising_ranks": [1], "purpose": "tests"}
     runs = [run, dict(run, world="Quoted (replay)", start=11.6, end=11.9, purpose="rerun")]
     test = {"id": ODD, "worker": None, "outcome": "failed", "start": 11.0, "end": 11.5, "seconds": 0.5,
             "world": "Quoted", "world_start": 1, "world_restarts": 0, "restarts_world": True, "failing_ranks": [0, 1],
-            "diagnosis": {"verdict": "order-dependent", "polluters": [ODD_PLAIN], "worlds": 1, "seconds": 0.3,
+            "raising_ranks": [1], "diagnosis": {"verdict": "order-dependent", "polluters": [ODD_PLAIN], "worlds": 1, "seconds": 0.3,
                           "text": ODD},
             "leaks": [{"item": ODD_START, "ranks": [0], "restored": True, "before": "'<'", "after": '">"'}],
             "leaks_restored": True, "shuffle_seed": None, "repeat": None}
     plain = dict(test, id=ODD_PLAIN, outcome="passed", start=13.5, end=13.6, seconds=0.1, world=None,
-                 world_start=None, restarts_world=False, failing_ranks=[], diagnosis=None, leaks=[],
+                 world_start=None, restarts_world=False, failing_ranks=[], raising_ranks=[], diagnosis=None, leaks=[],
                  leaks_restored=None)
     return {"version": 1, "tool": "continuous_test", "started": 9.0, "finished": 15.0, "shuffle_seed": None,
             "workers": [], "worlds": worlds, "tests": [test, plain], "runs": runs}
@@ -280,8 +281,8 @@ def test_the_page_escapes_quotes_and_markup_of_test_ids_in_attributes_and_text()
     assert {name for _, attrs in page.elements for name in attrs} <= known
     # Text: tooltips, labels and the table's cells say them as they are.
     titles = page.texts["title"]
-    assert f"{ODD}: failed, 0.50 s, failing ranks 0, 1" in titles
-    assert f"{ODD}: failed, 0.30 s, failing ranks 0, 1 (rerun for {ODD})" in titles
+    assert f"{ODD}: failed, 0.50 s, failing ranks 0, 1 (raised on rank 1; the others waited)" in titles
+    assert f"{ODD}: failed, 0.30 s, failing ranks 0, 1 (raised on rank 1; the others waited) (rerun for {ODD})" in titles
     assert f"world restarted (0.50 s to start) after {ODD}" in titles
     assert f"world failed to start: {ODD_START}" in titles
     assert f"2 ranks, rerun/bisect of {ODD.rsplit('::', 1)[1]}" in page.texts["text"]  # the replay lane's name
@@ -461,3 +462,35 @@ def test_a_report_that_cannot_be_written_at_the_end_leaves_unittests_summary(tmp
     assert "rank 1 fails here" in proc.stderr and "Traceback (most recent call last)" in proc.stderr
     assert (f"the run report for the {ENV_REPORT} environment variable was not written to {str(report)!r}"
             in proc.stderr), describe(proc)
+
+
+@pytest.mark.world
+def test_the_rank_that_raised_is_told_apart_from_the_rank_that_waited(tmp_path):
+    # Rank 1 raises; rank 0 only waits in all_reduce for it, and is stuck after the grace period.
+    test = "BreaksTheWorld.test_b_rank_1_raises_while_rank_0_waits"
+    proc = helpers.python("test_launched_faults.py", test, env={ENV_REPORT: str(tmp_path / "run.json"), **helpers.QUIET})
+    assert unittest_counts(proc.stderr) == {"ran": 1, "errors": 1}, describe(proc)
+    assert "test_b_rank_1_raises_while_rank_0_waits failed on rank 1 of 2" in proc.stderr, describe(proc)
+    report = json.loads((tmp_path / "run.json").read_text())
+    assert_valid(report)
+    (entry,) = report["tests"]
+    assert (entry["failing_ranks"], entry["raising_ranks"]) == ([0, 1], [1]), entry
+    assert [(r["failing_ranks"], r["raising_ranks"]) for r in report["runs"]] == [([0, 1], [1])]
+    junit = tmp_path / "junit.xml"
+    proc = helpers.pytest("test_launched_faults.py", "-k", "test_b_rank_1", f"--junitxml={junit}", env=helpers.QUIET)
+    (case,) = ET.parse(junit).getroot().iter("testcase")
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert (props.get("failing_ranks"), props.get("raising_ranks")) == ("0,1", "1"), describe(proc)
+
+
+def test_a_rank_whose_collective_a_peer_broke_waited(tmp_path):
+    from continuous_test.verdict.report import RankReport, RankStatus, failing_ranks, raising_ranks
+
+    statuses = {0: RankReport(RankStatus.FAILED, "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer"),
+                1: RankReport(RankStatus.FAILED, "ValueError: rank 1's own"), 2: RankReport(RankStatus.PASSED)}
+    assert (failing_ranks(statuses), raising_ranks(statuses)) == ([0, 1], [1])
+    # When every failing rank only saw a broken collective, none can be told apart: all are named.
+    statuses[1] = RankReport(RankStatus.FAILED, "RuntimeError: Timed out waiting 10000ms for recv operation")
+    assert raising_ranks(statuses) == [0, 1]
+    statuses[1] = RankReport(RankStatus.STUCK, "stacks")
+    assert (failing_ranks(statuses), raising_ranks(statuses)) == ([0, 1], [0])

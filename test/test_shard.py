@@ -608,5 +608,16 @@ def test_run_tests_fresh_repeats_tell_the_world_apart():
     assert "Flaky::test_flaky: shared world 1/2 passed, fresh worlds 2/2 passed: follows the" in proc.stderr
 
 
+@pytest.mark.world
+def test_a_fresh_repeats_failure_does_not_say_its_world_is_restarted():
+    # Rank 1 raises while rank 0 waits (stuck: the report ends with what happens to the world).
+    # Runs 1 and 2 are in the shared world, which is restarted; 3 and 4 each in a world of its own.
+    proc = helpers.python("test_launched_faults.py", "BreaksTheWorld.test_b_rank_1_raises_while_rank_0_waits",
+                          env={ENV_REPEAT: "2", ENV_REPEAT_FRESH: "1", **helpers.QUIET})
+    assert helpers.unittest_counts(proc.stderr) == {"ran": 4, "errors": 4}, describe(proc)
+    assert proc.stderr.count("(the world of 2 ranks is restarted before the next test)") == 2, describe(proc)
+    assert proc.stderr.count("(this world of 2 ranks was started for this test alone and is stopped after it)") == 2, \
+        describe(proc)
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -263,6 +263,7 @@ class _Replayer:
             self.lane = run_log.log().replay_lane(self.cls, world.world_size, self.test_id)
         run_log.log().use_lane(world, self.lane)
         world.purpose = "rerun" if self.worlds == 0 else "bisect"
+        world.for_one_test = True
         self.worlds += 1
         try:
             try:

@@ -149,6 +149,7 @@ def _run_in_a_world_of_its_own(cls: type, planned: TestPlan) -> Verdict:
     off, and a failure is neither rerun nor bisected.
     """
     own = world.World(cls, config.resolve(cls, _size(planned.method)))
+    own.for_one_test = True
     run_log.log().use_lane(own, run_log.log().own_world_lane(cls, own.world_size))
     try:
         own.start()

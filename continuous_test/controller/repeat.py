@@ -143,9 +143,12 @@ class RepeatTally:
 @contextlib.contextmanager
 def fresh_world(cls: type) -> Iterator[None]:
     """Run the body in a world of ``cls`` started for it alone: the shared world is stopped before and after."""
+    from continuous_test.controller.world import one_test_worlds
+
     _stop(cls)
     try:
-        yield
+        with one_test_worlds(cls):
+            yield
     finally:
         _stop(cls)
 

@@ -27,11 +27,12 @@ import os
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from continuous_test import config
 from continuous_test._role import world_name
 from continuous_test.wire import files
+from continuous_test.verdict import report as verdict_report
 
 __all__ = [
     "VERSION",
@@ -101,6 +102,7 @@ class _Test:
     world_start: Optional[int] = None
     restarts_world: bool = False
     failing_ranks: List[int] = field(default_factory=list)
+    raising_ranks: List[int] = field(default_factory=list)
     diagnosis: Optional[dict] = None
     leaks: List[dict] = field(default_factory=list)
 
@@ -110,7 +112,7 @@ class _Test:
         return {"id": self.id, "outcome": self.outcome or "unknown", "start": self.start, "end": end,
                 "seconds": round(end - self.start, 6), "world": self.world, "world_start": self.world_start,
                 "world_restarts": max(0, (self.world_start or 1) - 1), "restarts_world": self.restarts_world,
-                "failing_ranks": self.failing_ranks, "diagnosis": self.diagnosis, "leaks": self.leaks,
+                "failing_ranks": self.failing_ranks, "raising_ranks": self.raising_ranks, "diagnosis": self.diagnosis, "leaks": self.leaks,
                 "leaks_restored": restored, "shuffle_seed": seed,
                 # A --ct-repeat run's test counts, known only at the end: runner.write_reports fills them in.
                 "repeat": None}
@@ -142,6 +144,19 @@ class RunLog:
     def begin(self, test_id: str) -> None:
         """The runner starts ``test_id`` (a pytest node id, or unittest's ``test.id()``)."""
         self._current = self.tests[test_id] = _Test(test_id, time.time())
+
+    def error_seen(self, error: Any) -> None:
+        """The runner recorded ``error`` for the test running now: its ranks count for the test.
+
+        The same ranks a world's run gave (:meth:`test_ran`); the only source of them
+        for a test that ran in place under a launcher, where no world runs it.
+        """
+        ranks = getattr(error, "ct_ranks", None)
+        if self._current is None or not ranks:
+            return
+        test = self._current
+        test.failing_ranks = sorted(set(test.failing_ranks) | set(verdict_report.failing_ranks(ranks)))
+        test.raising_ranks = sorted(set(test.raising_ranks) | set(verdict_report.raising_ranks(ranks)))
 
     def end(self, test_id: str, outcome: str) -> None:
         """The runner is done with ``test_id``: passed, failed, error, skipped, xfailed or xpassed."""
@@ -230,12 +245,13 @@ class RunLog:
         """One run of ``test`` on ``lane``, sent at monotonic ``sent`` and judged now as ``verdict``."""
         if lane is None:
             return
-        failing = failing_ranks(verdict)
+        failing, raising = failing_ranks(verdict), raising_ranks(verdict)
         outcome = "failed" if verdict.failed else ("skipped" if verdict.status.value == "skip" else "passed")
         purpose = lane.starts[-1]["purpose"] if lane.starts else "tests"
         current = self._current_id()
         self.runs.append({"world": lane.id, "test": test, "for_test": current, "start": wall(sent),
-                          "end": time.time(), "outcome": outcome, "failing_ranks": failing, "purpose": purpose})
+                          "end": time.time(), "outcome": outcome, "failing_ranks": failing,
+                          "raising_ranks": raising, "purpose": purpose})
         if verdict.restart_world and lane.kind == "shared":
             lane.broken_by = current or test
         if lane.kind == "replay" or self._current is None:
@@ -243,7 +259,8 @@ class RunLog:
         record = self._current
         self._runner_ids[test] = record.id
         record.world, record.world_start = lane.id, len(lane.starts)
-        record.failing_ranks, record.restarts_world = failing, bool(verdict.restart_world) and lane.kind != "fresh"
+        record.failing_ranks, record.raising_ranks = failing, raising
+        record.restarts_world = bool(verdict.restart_world) and lane.kind != "fresh"
         record.leaks = _leaks(outcomes or {})
 
     def diagnosed(self, verdict: str, polluters: Iterable[str] = (), worlds: int = 0, seconds: float = 0.0,
@@ -284,8 +301,9 @@ class RunLog:
             return []
         entry = test.as_dict(config.shuffle_seed())
         found: List[Tuple[str, str]] = []
-        if entry["failing_ranks"]:
-            found.append(("failing_ranks", ",".join(map(str, entry["failing_ranks"]))))
+        for name in ("failing_ranks", "raising_ranks"):
+            if entry[name]:
+                found.append((name, ",".join(map(str, entry[name]))))
         if entry["diagnosis"] is not None:
             found.append(("diagnosis", entry["diagnosis"]["verdict"]))
             if entry["diagnosis"]["polluters"]:
@@ -305,12 +323,19 @@ class RunLog:
 
 def failing_ranks(verdict: Any) -> List[int]:
     """The ranks that did not pass in ``verdict`` (its error's and its subtests'), sorted."""
+    return _ranks(verdict, verdict_report.failing_ranks)
+
+
+def raising_ranks(verdict: Any) -> List[int]:
+    """The ranks whose own code raised in ``verdict`` (its error's and its subtests'), not those that waited, sorted."""
+    return _ranks(verdict, verdict_report.raising_ranks)
+
+
+def _ranks(verdict: Any, which: Callable[[dict], List[int]]) -> List[int]:
     errors = [verdict.error] + [sub.error for _, sub in getattr(verdict, "subtests", ())]
-    ranks = set()
+    ranks: set = set()
     for error in errors:
-        for rank, info in (getattr(error, "ct_ranks", None) or {}).items():
-            if info.status.is_problem:
-                ranks.add(rank)
+        ranks.update(which(getattr(error, "ct_ranks", None) or {}))
     return sorted(ranks)
 
 

@@ -30,6 +30,7 @@ and all are stopped at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import enum
 import pickle
 import shutil
@@ -37,7 +38,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 from continuous_test import config
 from continuous_test._role import world_name
@@ -66,7 +67,9 @@ __all__ = [
     "start_seconds",
 ]
 
-RESTART_NOTE = "(the world of {n} ranks is restarted before the next test)"
+RESTART_NOTE = "(the world of {ranks} is restarted before the next test)"
+# For a world that runs this one test and is stopped after it: nothing is restarted.
+ONE_TEST_NOTE = "(this world of {ranks} was started for this test alone and is stopped after it)"
 START_FAILED = "{cls}: rank {rank} could not join the world of {world_size}: {error}"
 START_DIED = "{cls}: rank {rank} {how} while starting the world of {world_size}"
 START_TIMEOUT = (
@@ -156,6 +159,9 @@ class World:
         self.starts = 0  # how many times the ranks were started (bisect's history is per start)
         # What the run log says this world's starts are for: tests, or a rerun or bisect (set by bisect).
         self.purpose = "tests"
+        # Whether this world runs one test and is stopped after it (a world of its own, a
+        # rerun or bisect replay, a fresh repeat): a failure's note then restarts nothing.
+        self.for_one_test = False
         # The devices the running ranks use (continuous_test.controller.devices), held from
         # start() until the ranks are killed.
         self.lease: Optional[devices.Lease] = None
@@ -289,7 +295,7 @@ class World:
                 self.sent_ahead += 1
         outcomes: Dict[int, RankOutcome] = {r: m.full_outcome() for r, m in waited.replies.items()}
         verdict = merge(test_id, self.world_size, outcomes, waited.faults, outputs,
-                        grace=self.grace, time_limit=time_limit, note=RESTART_NOTE.format(n=self.world_size),
+                        grace=self.grace, time_limit=time_limit, note=self._note(),
                         timeline=self._timeline(waited.faults))
         verdict.duration = time.monotonic() - sent_at
         if self.dir is not None:  # the test's shared_temp_dir, if a rank made it
@@ -297,6 +303,11 @@ class World:
         run_log.log().test_ran(run_log.log().lane_of(self), test_id, sent_at, verdict, outcomes)
         self._after_test(waited, verdict, outcomes, outputs)
         return verdict
+
+    def _note(self) -> str:
+        """What a failure's report says happens to this world next."""
+        ranks = f"{self.world_size} rank{'' if self.world_size == 1 else 's'}"
+        return (ONE_TEST_NOTE if self.for_one_test or self.cls in _ONE_TEST else RESTART_NOTE).format(ranks=ranks)
 
     def _send_test(self, plan: TestPlan) -> Tuple[int, float]:
         """Send the test of ``plan`` to every rank; returns its sequence number and when it was sent."""
@@ -463,6 +474,20 @@ _WORLDS: Dict[Tuple[type, Optional[int]], World] = {}
 # Seconds spent starting the worlds of each class in this process, all starts together
 # (continuous_test.controller.shard charges them to the world, not to the test that started it).
 _START_SECONDS: Dict[type, float] = {}
+
+
+# Classes whose worlds each run one test now (continuous_test.controller.repeat's fresh runs).
+_ONE_TEST: set = set()
+
+
+@contextlib.contextmanager
+def one_test_worlds(cls: type) -> Iterator[None]:
+    """While the body runs, every world of ``cls`` runs one test and is stopped after it (the caller stops it)."""
+    _ONE_TEST.add(cls)
+    try:
+        yield
+    finally:
+        _ONE_TEST.discard(cls)
 
 
 def start_seconds(cls: type) -> float:

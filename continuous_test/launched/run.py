@@ -37,6 +37,7 @@ the shutdown timeout.
 """
 from __future__ import annotations
 
+import os
 import pickle
 import unittest
 from datetime import timedelta
@@ -46,6 +47,7 @@ from continuous_test import config, sizes
 from continuous_test.errors import RendezvousError
 from continuous_test.launched.detect import Launch
 from continuous_test.launched.join import WORLD_BROKEN, Joined, connect, group_intact, join, rebuild
+from continuous_test.launched.output import Output
 from continuous_test.launched.time_limit import TimeLimit
 from continuous_test.rank import recorder, run as rank_run
 from continuous_test.verdict import replay, timeline
@@ -58,13 +60,21 @@ __all__ = [
     "run_case_in_place",
     "run_fresh_once",
     "WORLD_SIZE_MISMATCH",
+    "world_size_mismatch",
     "FRESH_FAILED",
 ]
 
 WORLD_SIZE_MISMATCH = (
-    "{cls} needs world_size={needed} but the launcher started WORLD_SIZE={launched} ranks; "
-    "launch it with {hint} giving {needed} ranks, or run it without a launcher"
+    "{cls} needs world_size={needed} but the launcher started WORLD_SIZE={launched} {launched_ranks}; "
+    "launch it with {hint} giving {needed} {ranks}, or run it without a launcher"
 )
+
+
+def world_size_mismatch(cls: str, needed: int, launched: int, hint: str) -> str:
+    """:data:`WORLD_SIZE_MISMATCH` filled in, each count with its own ``rank`` or ``ranks``."""
+    return WORLD_SIZE_MISMATCH.format(cls=cls, needed=needed, launched=launched, hint=hint,
+                                      ranks="rank" if needed == 1 else "ranks",
+                                      launched_ranks="rank" if launched == 1 else "ranks")
 # Hide this module's frames from unittest tracebacks: its errors speak for themselves.
 __unittest = True
 STOPPED_NOTE = "(the launched world cannot continue: every later test of this launch is skipped)"
@@ -74,6 +84,10 @@ FRESH_FAILED = (
 )
 FRESH_NO_VERDICT = "launcher rank 0 published no verdict for {test} within {seconds:g} s"
 EXCHANGE_MARGIN = 60.0
+ORDER_MISMATCH = (
+    "launched ranks ran different tests as test {seq} of this launch ({names}): every rank must "
+    "collect the same tests in the same order (the same files, -k, shuffle seed and arguments on every rank)"
+)
 
 
 # -- MultiProcContinuousTest: run on every rank, exchange, merge -------------------------
@@ -98,10 +112,10 @@ def _skip_in_place(case: unittest.TestCase, result, launch: Launch):
     joined = _joined_for(case, launch) if _size_matches(case, launch) else None
     if joined is None or joined.broken:
         return unittest.TestCase.run(case, result)  # unittest reports the skip
-    key = _test_key(joined, test)
+    key = _test_key(joined)
     reason = str(getattr(type(case), "__unittest_skip_why__", "") or
                  getattr(getattr(case, case._testMethodName), "__unittest_skip_why__", ""))
-    outcome = RankOutcome(launch.rank, [Event(EventKind.SKIP, reason=reason)])
+    outcome = RankOutcome(launch.rank, [Event(EventKind.SKIP, reason=reason)], test=_agreed_name(case))
     limit = config.test_time_limit(cls, getattr(case, case._testMethodName))
     outcomes, faults = _exchange(joined, key, outcome, launch, limit)
     verdict = merge(test, launch.world_size, outcomes, faults, grace=config.grace_period(cls), time_limit=limit,
@@ -141,8 +155,7 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     cls = type(case)
     needed = _needed_size(case)
     if needed != launch.world_size:
-        raise unittest.SkipTest(WORLD_SIZE_MISMATCH.format(cls=cls.__qualname__, needed=needed,
-                                                           launched=launch.world_size, hint=launch.hint))
+        raise unittest.SkipTest(world_size_mismatch(cls.__qualname__, needed, launch.world_size, launch.hint))
     joined = _joined_for(case, launch)
     if joined.broken:
         raise unittest.SkipTest(joined.broken)
@@ -150,16 +163,19 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     method = getattr(case, case._testMethodName)
     config.check_switches()
     limit, policy = config.test_time_limit(cls, method), config.leak_policy(cls, method)
-    key = _test_key(joined, test)
+    key = _test_key(joined)
     recorder.open_ring(None, launch.rank)
-    with TimeLimit(launch, key, test, limit, config.grace_period(cls), config.shutdown_timeout(cls)):
-        outcome = rank_run.run_case(case, launch.rank, policy)
+    with Output() as output:
+        with TimeLimit(launch, key, test, limit, config.grace_period(cls), config.shutdown_timeout(cls)):
+            outcome = rank_run.run_case(case, launch.rank, policy)
     outcome.records = recorder.snapshot()
+    outcome.test, outcome.output = _agreed_name(case), output.text
     outcomes, faults = _exchange(joined, key, outcome, launch, limit)
     calls = timeline.lazy(lambda: timeline.build({r: records.parse(getattr(outcomes.get(r), "records", None) or b"")
                                                   if r in outcomes else None for r in range(launch.world_size)}))
-    verdict = merge(test, launch.world_size, outcomes, faults, grace=config.grace_period(cls), time_limit=limit,
-                    note=STOPPED_NOTE if faults else None, timeline=calls, restartable=False)
+    outputs = {r: o.output for r, o in outcomes.items() if o.output}
+    verdict = merge(test, launch.world_size, outcomes, faults, outputs=outputs, grace=config.grace_period(cls),
+                    time_limit=limit, note=STOPPED_NOTE if faults else None, timeline=calls, restartable=False)
     _after_test(cls, joined, launch, test, verdict, faults, any(o.call_failed for o in outcomes.values()))
     return verdict
 
@@ -206,11 +222,28 @@ def _exchange(joined: Joined, key: str, outcome: RankOutcome, launch: Launch, li
             faults.append(value)
         else:
             outcomes[rank] = value
+    names = {rank: o.test for rank, o in outcomes.items()}
+    if len(set(names.values())) > 1:  # the same position in the order, another test: nothing can continue
+        message = ORDER_MISMATCH.format(seq=joined.seq, names=", ".join(f"rank {r}: {n}" for r, n in sorted(names.items())))
+        joined.broken = message
+        raise RendezvousError(message)
     return outcomes, faults
 
 
-def _test_key(joined: Joined, test: str) -> str:
-    return f"test/{joined.seq}/{test}"
+def _test_key(joined: Joined) -> str:
+    """The exchange's keys for this launch's current test: its position in the order, the same on every rank.
+
+    Not the test's id: a ``@distributed`` function's id shows its fixture values,
+    whose repr may differ by rank (``tmp_path``).  That the ranks ran the same
+    test is checked on the names they publish (:func:`_agreed_name`).
+    """
+    return f"test/{joined.seq}"
+
+
+def _agreed_name(case: unittest.TestCase) -> str:
+    """The test as every rank names it: pytest's node id where pytest runs it (parameter ids, no fixture values)."""
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")  # "path::name[id] (call)", set by pytest for each phase
+    return current.rsplit(" (", 1)[0] if current else replay.short_id(case)
 
 
 # -- MultiProcessTestCase: once per launch ------------------------------------------------
@@ -242,7 +275,7 @@ def run_fresh_once(case: unittest.TestCase, result, launch: Launch,
     try:
         run(recorder)
     finally:
-        joined.store.set(_test_key(joined, test) + "/verdict", pickle.dumps(recorder.status))
+        joined.store.set(_test_key(joined) + "/verdict", pickle.dumps(recorder.status))
     return own
 
 
@@ -257,7 +290,7 @@ def _fresh_verdict(case: unittest.TestCase, launch: Launch, test: str) -> Verdic
                + config.shutdown_timeout(cls) + EXCHANGE_MARGIN)
     joined.store.set_timeout(timedelta(seconds=seconds))
     try:
-        status, reason = pickle.loads(joined.store.get(_test_key(joined, test) + "/verdict"))
+        status, reason = pickle.loads(joined.store.get(_test_key(joined) + "/verdict"))
     except Exception as exc:
         raise RendezvousError(FRESH_NO_VERDICT.format(test=test, seconds=seconds)) from exc
     if status is Status.FAIL:

@@ -25,12 +25,13 @@ import time
 from datetime import timedelta
 from typing import Any, Dict, Optional, Tuple
 
+from continuous_test.launched import output
 from continuous_test.launched.detect import Launch
 from continuous_test.launched.join import STORE_PREFIX
 from continuous_test.rank import recorder
 from continuous_test.rank.run import format_stacks
 from continuous_test.verdict import timeline
-from continuous_test.verdict.text import indent
+from continuous_test.verdict.text import indent, prefix_lines
 from continuous_test.wire import records
 from continuous_test.wire.outcome import EventKind, FaultKind, RankFault, RankOutcome
 
@@ -58,10 +59,15 @@ BACKSTOP_MARGIN = 5.0
 
 
 def _say(text: str) -> None:
-    """Write ``text`` and its newline to stderr in one write: ranks share the launcher's terminal, and a
-    stream that writes through (``PYTHONUNBUFFERED``) would let another rank's line in between."""
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    """Write ``text`` to the launcher's terminal (:func:`continuous_test.launched.output.say`)."""
+    output.say(text)
+
+
+def _own_output(rank: int) -> None:
+    """Print what this rank printed in the test so far: it exits in it, and its report never comes."""
+    text = output.so_far()
+    if text.strip():
+        _say(f"rank {rank} output:\n{prefix_lines(rank, output.tail(text)).rstrip()}")
 
 
 class TimeLimit:
@@ -76,7 +82,8 @@ class TimeLimit:
     def __enter__(self) -> "TimeLimit":
         self.watcher.start()
         # Backstop for a main thread that holds the GIL forever.
-        faulthandler.dump_traceback_later(self.limit + self.grace + self.report_wait + BACKSTOP_MARGIN, exit=True)
+        faulthandler.dump_traceback_later(self.limit + self.grace + self.report_wait + BACKSTOP_MARGIN, exit=True,
+                                          file=output.terminal[0] if output.terminal[0] is not None else sys.stderr)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -122,6 +129,7 @@ class TimeLimit:
                                      code=EXIT_TIME_LIMIT))
         stacks = format_stacks()
         _say(stacks)
+        _own_output(rank)
         try:
             run = self._own_client()
             store = _prefix(self.key, run)
@@ -139,6 +147,7 @@ class TimeLimit:
         rank = self.launch.rank
         _say(TIME_LIMIT_EXCEEDED.format(test=self.test, limit=self.limit, rank=rank, code=EXIT_TIME_LIMIT))
         stacks = format_stacks()
+        _own_output(rank)
         # Rank 0 prints every rank's stacks, labelled (its own now, its peers' from their
         # published faults); another rank's reach rank 0's report through the store.
         if rank == 0:
@@ -225,7 +234,7 @@ _STARTED = time.monotonic()
 
 
 def _summary(key: str, test: str) -> str:
-    """unittest's summary lines for a launch that ends at ``test`` (its key ``test/<seq>/<test>``)."""
+    """unittest's summary lines for a launch that ends at ``test`` (its key ``test/<seq>``)."""
     try:
         ran = int(key.split("/")[1])
     except (IndexError, ValueError):

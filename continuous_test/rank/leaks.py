@@ -29,8 +29,10 @@ the reports is the verdict's (:mod:`continuous_test.verdict.leaks`).
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
+import socket
 import sys
 import sysconfig
 import time
@@ -41,6 +43,11 @@ from types import ModuleType
 from typing import AbstractSet, Any, Callable, Dict, List, Optional, Tuple
 
 import torch
+
+try:
+    import resource
+except ImportError:  # not on this platform: the limit is not watched
+    resource = None  # type: ignore[assignment]
 
 from continuous_test._procfs import running
 from continuous_test.config import LEAK_POLICIES
@@ -57,7 +64,10 @@ __all__ = [
 POLICIES = LEAK_POLICIES  # restore, fail, off (continuous_test.config)
 WATCHED = (
     "current directory", "umask", "a lowered recursion limit", "trace and profile functions",
-    "an alarm or interval timer the test left pending",
+    "an alarm or interval timer the test left pending", "SIGCHLD and SIGTERM handlers",
+    "the open-file limit (RLIMIT_NOFILE)", "gc thresholds", "the default socket timeout",
+    "numpy error handling and print options (where numpy is imported)", "torch print options",
+    "autograd anomaly mode",
     "environment variables", "sys.path", "sys.modules (replaced or removed modules, added non-modules)",
     "sys.stdout and sys.stderr", "warnings filters", "torch default dtype", "torch default device",
     "torch function and dispatch modes left entered (a torch.device(...) context)",
@@ -159,12 +169,81 @@ def _cancel_timer(pending: bool) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+def _handler(signum: int) -> Callable[[], Any]:
+    return lambda: signal.getsignal(signum)
+
+
+def _set_handler(signum: int) -> Callable[[Any], Any]:
+    # None: a handler not installed from Python, which cannot be put back from here.
+    return lambda handler: signal.signal(signum, handler)
+
+
+def _nofile() -> Any:
+    return resource.getrlimit(resource.RLIMIT_NOFILE) if resource is not None else None
+
+
+def _set_nofile(value: Any) -> None:
+    if resource is not None and value is not None:  # raising a lowered hard limit needs privilege: fails
+        resource.setrlimit(resource.RLIMIT_NOFILE, value)
+
+
+def _numpy() -> Any:
+    return sys.modules.get("numpy")  # read only where a test or library imported it: never imported here
+
+
+def _np_err() -> Any:
+    np = _numpy()
+    return None if np is None or not hasattr(np, "geterr") else np.geterr()
+
+
+def _set_np_err(value: Any) -> None:
+    _numpy().seterr(**value)
+
+
+def _np_print() -> Any:
+    np = _numpy()
+    return None if np is None or not hasattr(np, "get_printoptions") else np.get_printoptions()
+
+
+def _set_np_print(value: Any) -> None:
+    _numpy().set_printoptions(**value)
+
+
+_TORCH_PRINT = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
+
+
+def _torch_print() -> Tuple[Any, ...]:
+    options = torch._tensor_str.PRINT_OPTS
+    return tuple(getattr(options, name) for name in _TORCH_PRINT)
+
+
+def _set_torch_print(value: Tuple[Any, ...]) -> None:
+    torch.set_printoptions(**dict(zip(_TORCH_PRINT, value)))
+
+
+def _anomaly() -> Tuple[bool, bool]:
+    return torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()
+
+
+def _set_anomaly(value: Tuple[bool, bool]) -> None:
+    torch.set_anomaly_enabled(value[0], value[1])
+
+
 _SCALARS: Tuple[Tuple[str, Callable[[], Any], Callable[[Any], Any]], ...] = (
     ("current directory", _cwd, os.chdir),
     ("umask", _umask, os.umask),
     ("trace function (sys.settrace)", sys.gettrace, sys.settrace),
     ("profile function (sys.setprofile)", sys.getprofile, sys.setprofile),
     ("pending alarm or interval timer (ITIMER_REAL)", _timer, _cancel_timer),
+    ("SIGCHLD handler", _handler(signal.SIGCHLD), _set_handler(signal.SIGCHLD)),
+    ("SIGTERM handler", _handler(signal.SIGTERM), _set_handler(signal.SIGTERM)),
+    ("open-file limit (RLIMIT_NOFILE soft, hard)", _nofile, _set_nofile),
+    ("gc thresholds", gc.get_threshold, lambda value: gc.set_threshold(*value)),
+    ("default socket timeout", socket.getdefaulttimeout, socket.setdefaulttimeout),
+    ("numpy error handling (np.seterr)", _np_err, _set_np_err),
+    ("numpy print options", _np_print, _set_np_print),
+    ("torch print options (precision, threshold, edgeitems, linewidth, sci_mode)", _torch_print, _set_torch_print),
+    ("autograd anomaly mode (enabled, check_nan)", _anomaly, _set_anomaly),
     ("torch default dtype", torch.get_default_dtype, torch.set_default_dtype),
     ("torch default device", _device, torch.set_default_device),
     ("grad mode", torch.is_grad_enabled, torch.set_grad_enabled),
@@ -286,11 +365,13 @@ def _modules_unchanged(before: Snapshot) -> bool:
 
 def take() -> Snapshot:
     """Snapshot the process-global state (:data:`WATCHED`) as it is now, for :func:`check` after a test."""
+    global _active
     if not _watching_starts:
         _watch_thread_starts()
-        _watch_filters_set_at_import()
-    del _import_filters[:]  # those of earlier tests are in the snapshot now
-    return Snapshot()
+        _watch_first_imports()
+    _import_entries.clear()  # those of earlier tests are in the snapshot now
+    _active = Snapshot()
+    return _active
 
 
 def _c10d() -> Any:
@@ -328,6 +409,8 @@ def check(before: Snapshot, policy: str,
     asked only when a new thread is still running.  None counts every new
     thread as the test's.
     """
+    global _active
+    _active = None  # what is imported from now on is the check's, not the test's
     found: List[Leak] = []
     _check_scalars(before, found)
     _check_recursion_limit(before.recursion, found)
@@ -394,6 +477,8 @@ def _check_env(old: Dict[Any, Any], found: List[Leak]) -> None:
             os.environ[name] = os.fsdecode(old[key])
         else:
             del os.environ[name]
+        if name == "TZ":
+            time.tzset()  # the C library reads TZ only then: local time as it was before the test
         found.append(Leak(f"environment variable {name}", _cut(before), _cut(after), True))
 
 
@@ -442,11 +527,13 @@ def _modules_verified_equal(copy: Dict[str, Any]) -> None:
 
 def _check_modules(old: Dict[str, Any], found: List[Leak]) -> None:
     new = sys.modules
-    for name in [n for n in old if new.get(n) is not old[n]]:
+    kept = _import_entries  # set by a first import during the test: the import's
+    for name in [n for n in old if new.get(n) is not old[n] and not (n in kept and new.get(n) is kept[n])]:
         after = "removed" if name not in new else _show(new[name])
         new[name] = old[name]
         found.append(Leak(f"sys.modules[{name!r}]", _show(old[name]), after, True))
-    for name in [n for n in new if n not in old and not isinstance(new[n], ModuleType)]:
+    for name in [n for n in new if n not in old and not isinstance(new[n], ModuleType)
+                 and not (n in kept and new[n] is kept[n])]:
         found.append(Leak(f"sys.modules[{name!r}]", "absent", _show(new.pop(name)), True))
 
 
@@ -463,13 +550,13 @@ def _put_back_filters(old: list, modules_before: Any) -> Optional[Leak]:
 
     A library sets filters for its own warnings at import (sympy, which torch
     imports lazily, does; others name themselves with ``module=``, or a message):
-    that import's setup, not something the test left behind.  Kept: a filter set
-    while a module was being imported (:func:`_watch_filters_set_at_import`), and
-    one about a module first imported during the test (:func:`_set_by_import`).
+    that import's setup, not something the test left behind.  Those set while a
+    module was first imported are in ``old`` already (:func:`_watch_first_imports`);
+    also kept: one about a module first imported during the test (:func:`_set_by_import`).
     """
     new = list(warnings.filters)
     imported = [name for name in list(sys.modules) if name not in modules_before]
-    kept = [f for f in new if f not in old and (f in _import_filters or _set_by_import(f, imported))]
+    kept = [f for f in new if f not in old and _set_by_import(f, imported)]
     rest = [f for f in new if f not in kept]
     if rest == old:
         return None
@@ -491,46 +578,125 @@ def _set_by_import(entry: tuple, imported: List[str]) -> bool:
     return pattern is not None and pattern.pattern.removesuffix("\\Z").removesuffix("$") in imported
 
 
-# Filters set while a module was being imported, since the last snapshot (kept by the check).
-_import_filters: List[tuple] = []
+# -- what a first import does ---------------------------------------------------------
+
+# The snapshot of the test running now (set by take(), cleared when its check starts).
+_active: Optional[Snapshot] = None
+# sys.modules entries a first import set during the test (name -> the object): the import's, kept.
+_import_entries: Dict[str, Any] = {}
+# Per thread: whether a first import is in progress (only the outermost one is watched).
+_in_import = threading.local()
 
 
-def _watch_filters_set_at_import() -> None:
-    """Note each warnings filter set while a module is being imported, in this process (a rank, at its first snapshot).
+class _ImportState:
+    """What a module's first import may change, read just before and just after it.
 
-    Wraps ``warnings.filterwarnings`` and ``warnings.simplefilter``: the wrapper
-    calls the original with the same arguments and, if an import is in progress
-    (a frame of importlib's bootstrap is on the stack), notes the filter it added.
+    The snapshot's items but those that have their own rule (threads: who started
+    them; groups, modes and children: no import makes them).
     """
-    for name in ("filterwarnings", "simplefilter"):
-        original = getattr(warnings, name)
 
-        def add_filter(*args: Any, _original: Callable = original, **kwargs: Any) -> Any:
-            if not _importing(sys._getframe(1)):
-                return _original(*args, **kwargs)
-            before = list(warnings.filters)
+    __slots__ = ("scalars", "recursion", "env", "path", "filters", "streams", "hooks", "entries")
+
+    def __init__(self) -> None:
+        self.scalars = tuple([read() for _, read, _ in _SCALARS])
+        self.recursion = sys.getrecursionlimit()
+        self.env = dict(os.environ._data)  # type: ignore[attr-defined]
+        self.path = list(sys.path)
+        self.filters = list(warnings.filters)
+        self.streams = (sys.stdout, sys.stderr)
+        self.hooks = tuple([tuple(d.items()) if d else () for _, d in _HOOKS])
+        self.entries = {n: m for n, m in list(sys.modules.items()) if not isinstance(m, ModuleType)}
+
+
+def _watch_first_imports() -> None:
+    """Fold what each module's first import changes into the running test's snapshot (a rank, at its first snapshot).
+
+    A process of the test's own would have the import's changes too: a library
+    that sets a variable, registers a ``sys.modules`` entry, appends to
+    ``sys.path``, sets a warnings filter or a handler while it is first imported
+    keeps them for the tests after it.  Wraps importlib's ``_find_and_load``,
+    which every import statement and ``importlib.import_module`` call for a
+    module not yet in ``sys.modules``: the wrapper reads the watched state before
+    and after the outermost such import and calls the original with the same
+    arguments; a module already imported costs nothing.
+    """
+    bootstrap = sys.modules["_frozen_importlib"]  # importlib._bootstrap, as the interpreter calls it
+    original = getattr(bootstrap, "_find_and_load")
+
+    def _find_and_load(name: str, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841  # pytest: not the user's frame
+        if _active is None or getattr(_in_import, "on", False):
+            return original(name, *args, **kwargs)
+        _in_import.on = True
+        try:
+            pre = _import_state()
             try:
-                return _original(*args, **kwargs)
+                return original(name, *args, **kwargs)
             finally:
-                _import_filters.extend(f for f in warnings.filters if f not in before)
+                post = _import_state() if pre is not None and _active is not None else None
+                if post is not None and pre is not None and _active is not None:
+                    _fold(_active, pre, post)
+        finally:
+            _in_import.on = False
 
-        add_filter.__name__, add_filter.__doc__ = original.__name__, original.__doc__
-        add_filter.__wrapped__ = original  # type: ignore[attr-defined]
-        setattr(warnings, name, add_filter)
+    _find_and_load.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(bootstrap, "_find_and_load", _find_and_load)
 
 
-_IMPORT_FRAMES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+def _import_state() -> Optional[_ImportState]:
+    try:
+        return _ImportState()
+    except Exception:  # a reader failing must never fail an import: that import is then not folded
+        return None
 
 
-def _importing(frame: Optional[Any]) -> bool:
-    """Whether an import is in progress at ``frame`` (importlib runs the module's code under its own frames)."""
-    while frame is not None:
-        file = frame.f_code.co_filename
-        if file in _IMPORT_FRAMES or file.endswith((os.path.join("importlib", "_bootstrap.py"),
-                                                    os.path.join("importlib", "_bootstrap_external.py"))):
-            return True
-        frame = frame.f_back
-    return False
+def _fold(before: Snapshot, pre: _ImportState, post: _ImportState) -> None:
+    """Apply to ``before`` what changed from ``pre`` to ``post`` (an import's changes): the check keeps them."""
+    if pre.scalars != post.scalars:
+        before.scalars = tuple(b if p == q else q for b, p, q in zip(before.scalars, pre.scalars, post.scalars))
+    if pre.recursion != post.recursion:
+        before.recursion = post.recursion
+    if pre.env != post.env:
+        _fold_dict(before.env, pre.env, post.env)
+    if pre.path != post.path:
+        before.path = _fold_list(before.path, pre.path, post.path)
+    if pre.filters != post.filters:
+        before.filters = _fold_list(before.filters, pre.filters, post.filters)
+    if pre.streams != post.streams:
+        before.streams = (post.streams[0] if pre.streams[0] is not post.streams[0] else before.streams[0],
+                          post.streams[1] if pre.streams[1] is not post.streams[1] else before.streams[1])
+    if pre.hooks != post.hooks:
+        hooks = []
+        for items, p, q in zip(before.hooks, pre.hooks, post.hooks):
+            merged = dict(items)
+            _fold_dict(merged, dict(p), dict(q))
+            hooks.append(tuple(merged.items()))
+        before.hooks = tuple(hooks)
+    for name, entry in post.entries.items():
+        if pre.entries.get(name) is not entry:
+            _import_entries[name] = entry
+
+
+def _fold_dict(base: dict, pre: dict, post: dict) -> None:
+    for key in set(pre) | set(post):
+        if key not in post:
+            base.pop(key, None)
+        elif key not in pre or pre[key] is not post[key] and pre[key] != post[key]:
+            base[key] = post[key]
+
+
+def _fold_list(base: list, pre: list, post: list) -> list:
+    """``base`` with the entries added (in front or behind) and removed from ``pre`` to ``post``."""
+    if base == pre:
+        return list(post)
+    removed = [x for x in pre if x not in post]
+    added = [x for x in post if x not in pre]
+    lead = []
+    for x in post:  # added in front of what was there
+        if x in pre:
+            break
+        lead.append(x)
+    return lead + [x for x in base if x not in removed and x not in added] + [x for x in added if x not in lead]
 
 
 def _filter_text(entry: tuple) -> str:

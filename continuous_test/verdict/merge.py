@@ -34,7 +34,7 @@ from continuous_test.errors import (
     UnexpectedEndingError,
 )
 from continuous_test.verdict import leaks as verdict_leaks
-from continuous_test.verdict.report import RankReport, RankStatus, Report, add_note
+from continuous_test.verdict.report import WAITED_FOR_A_PEER, RankReport, RankStatus, Report, add_note
 from continuous_test.verdict.text import indent, rank_list
 from continuous_test.verdict.timeline import Timeline
 from continuous_test.wire.outcome import (
@@ -287,15 +287,26 @@ def _merge_unit(test: str, world_size: int, per_rank: Dict[int, _RankUnit], outp
     return Verdict(Status.PASS)
 
 
+def _waited(failed: Dict[int, List[ErrorRecord]]) -> List[int]:
+    """The failed ranks whose every error is a collective a peer broke, when another rank failed in its own code."""
+    waited = [r for r, errors in sorted(failed.items())
+              if errors and all(WAITED_FOR_A_PEER.search(e.message) for e in errors)]
+    return waited if len(waited) < len(failed) else []
+
+
 def _failure_error(test, world_size, failed, per_rank, outputs, timeline=None) -> BaseException:
-    head = FAILED.format(test=test, ranks=rank_list(failed), world_size=world_size)
+    waited = _waited(failed)
+    raised = [r for r in sorted(failed) if r not in waited]
+    head = FAILED.format(test=test, ranks=rank_list(raised), world_size=world_size)
     others: Dict[Status, List[int]] = {}
     for rank, unit in sorted(per_rank.items()):
         if rank not in failed:
             others.setdefault(unit.status, []).append(rank)
-    if others:
-        words = {Status.PASS: "passed", Status.SKIP: "skipped"}
-        head += " (" + "; ".join(f"{rank_list(r)} {words[s]}" for s, r in others.items()) + ")"
+    words = {Status.PASS: "passed", Status.SKIP: "skipped"}
+    parts = ([f"{rank_list(waited)} failed waiting for {'it' if len(raised) == 1 else 'them'} in a collective"]
+             if waited else []) + [f"{rank_list(r)} {words[s]}" for s, r in others.items()]
+    if parts:
+        head += " (" + "; ".join(parts) + ")"
     report = Report([head])
     report.add_errors([(rank, record) for rank, errors in sorted(failed.items()) for record in errors])
     report.add_timeline(timeline, always=len(failed) < world_size)
@@ -400,6 +411,12 @@ def _ended_as_declared(ending: RankEnding, expected: Optional[ExpectedExit]) -> 
     return torch_skip_code_message(ending.exitcode) is not None
 
 
+def _own_errors(ending: RankEnding) -> List[ErrorRecord]:
+    """The errors of a rank's own failures (not an expected failure's) before it ended."""
+    events = ending.outcome.events if ending.outcome is not None else ()
+    return [rec for ev in events if ev.kind in (EventKind.FAILURE, EventKind.ERROR) for rec in ev.errors]
+
+
 def _skip_exit(endings: Dict[int, RankEnding], expected: Optional[ExpectedExit]) -> Optional[str]:
     for ending in endings.values():
         if expected is None or not expected.applies_to(ending.rank):
@@ -410,11 +427,22 @@ def _skip_exit(endings: Dict[int, RankEnding], expected: Optional[ExpectedExit])
 
 
 def _ending_error(test, endings, expected, outputs, wrong, timeline=None) -> BaseException:
-    report = Report([UNEXPECTED_ENDING.format(test=test, ranks=rank_list(wrong))])
+    # A rank that ended normally after its own test failed (exit code 10) is no
+    # unexpected ending, but its failure is still the test's: reported with its error.
+    failed = [r for r, e in sorted(endings.items()) if r not in wrong and _own_errors(e)]
+    head = UNEXPECTED_ENDING.format(test=test, ranks=rank_list(wrong))
+    report = Report([head + (f"; {rank_list(failed)} failed" if failed else "")])
     for rank, ending in sorted(endings.items()):
         want = expected.describe() if expected is not None and expected.applies_to(rank) else "a normal exit"
         actual = exit_description(ending.exitcode)
         output = outputs.get(rank, "")
+        if rank in failed:
+            errors = _own_errors(ending)
+            report.lines.append(f"rank {rank}: failed: {'; '.join(rec.headline() for rec in errors)} "
+                                f"(then ended with {actual})")
+            report.records.extend((rank, rec) for rec in errors)
+            report.statuses[rank] = RankReport(RankStatus.FAILED, "\n".join(r.traceback.rstrip() for r in errors), output)
+            continue
         if rank not in wrong:
             report.lines.append(f"rank {rank}: ended with {actual}, as expected")
             report.statuses[rank] = RankReport(RankStatus.ENDED_AS_EXPECTED, actual, output)

@@ -57,6 +57,32 @@ class RankReport:
     output: str = ""
 
 
+# Statuses of a rank whose own code raised or ended its process; the others did not pass by waiting.
+_OWN_FAILURES = (RankStatus.FAILED, RankStatus.DIED, RankStatus.UNEXPECTED_ENDING)
+# How a collective reads that failed only because a peer never came or went away
+# (gloo's and NCCL's timeouts, a peer's closed connection).
+WAITED_FOR_A_PEER = re.compile(r"Timed out waiting \d+ ?ms for \w+ operation|Watchdog caught collective operation timeout"
+                               r"|Connection closed by peer|Connection reset by peer")
+
+
+def failing_ranks(statuses: Dict[int, RankReport]) -> List[int]:
+    """Every rank that did not pass (nor skip, nor end as declared), sorted."""
+    return sorted(rank for rank, report in statuses.items() if report.status.is_problem)
+
+
+def raising_ranks(statuses: Dict[int, RankReport]) -> List[int]:
+    """The ranks whose own code raised (or ended its process), apart from the ranks that only waited for them.
+
+    A rank stuck, timed out or silent waited; so did one whose error is a
+    collective a peer broke (:data:`WAITED_FOR_A_PEER`), when another rank failed
+    in its own code.  Empty when no rank's code raised (a hang on every rank).
+    """
+    own = {rank: report for rank, report in statuses.items() if report.status in _OWN_FAILURES}
+    first = [rank for rank, report in own.items()
+             if report.status is not RankStatus.FAILED or not WAITED_FOR_A_PEER.search(report.detail)]
+    return sorted(first or own)
+
+
 @dataclass(frozen=True)
 class ReportSection:
     """An extra titled block of a report: appended to the message, and its own pytest section."""

@@ -180,6 +180,11 @@ class RankOutcome:
     leaks: Optional[LeakReport] = None
     # The rank's recorded calls of this test (the records file format); launched ranks only.
     records: Optional[bytes] = None
+    # Launched ranks only: the test as every rank names it (its pytest node id, else
+    # Class.test_method), which the exchange checks the ranks agree on.
+    test: Optional[str] = None
+    # Launched ranks only: what the rank printed while the test ran (its stdout and stderr).
+    output: Optional[str] = None
 
     def has_failure(self) -> bool:
         """True if the rank reported a failure or error (an expected one included)."""

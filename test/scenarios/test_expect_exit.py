@@ -2,10 +2,13 @@
 
 Each test here must FAIL: a subtest that failed before the declared exit, an
 assertion that failed on a rank declared to exit with 10 (the code a failed rank
-exits with anyway), and a rank whose own assertion failed while another rank's
-ending was wrong.  ``test_d_passes`` is the control: the declared exit, nothing else.
-``NoSuchRankTest`` declares the exit of rank 1 at world size 1: it checks nothing, and fails so.
+exits with anyway), a rank whose own assertion failed while another rank's
+ending was wrong, and (``test_e``, nothing declared) a rank whose assertion failed
+while rank 0 exited without reporting.  ``test_d_passes`` is the control: the
+declared exit, nothing else.  ``NoSuchRankTest`` declares the exit of rank 1 at
+world size 1: it checks nothing, and fails so.
 """
+import os
 import sys
 
 from continuous_test import MultiProcessTestCase, expect_exit, run_tests
@@ -37,6 +40,11 @@ class ExpectExitTest(MultiProcessTestCase):
     def test_d_passes(self):
         if self.rank == 1:
             sys.exit(3)
+
+    def test_e_rank_0_exits_without_reporting(self):
+        if self.rank == 0:
+            os._exit(0)
+        self.assertEqual("rank 1's assertion", "still reported")
 
 
 class NoSuchRankTest(MultiProcessTestCase):

@@ -3,13 +3,16 @@
 * ``BreaksTheWorld``: rank 1 raises while rank 0 waits in ``all_reduce``; the later
   healthy tests must still pass.  With ``CONTINUOUS_TEST_TIMEOUT`` below the
   process-group timeout, rank 0 times out instead and must print rank 1's error.
-* ``StuckRank``: rank 1 outlives its time limit; rank 0 reports it and skips the rest.
+* ``StuckRank``: rank 1 prints a line, then outlives its time limit; rank 0 reports it
+  and skips the rest.
 * ``SkipsOnOneRank``: a skip decorator that reads ``RANK`` skips ``test_a`` and
   ``test_c`` on rank 0 only.  ``test_a`` has no collective, and the world goes on;
   in ``test_c`` rank 1 waits in a collective for rank 0, and the world cannot go
   on.  Both are inconsistent skips, reported within the grace period.
 * ``FreshOnce``: a ``MultiProcessTestCase`` must run once per launch, not once per
   launcher rank; each run appends a line to ``SCENARIO_COUNT_FILE``.
+* ``PrintsAndFails``: each rank prints a line, then rank 1 fails an assertion (no
+  collective): its output belongs in the merged report, labelled by rank.
 """
 import os
 import time
@@ -47,11 +50,20 @@ class BreaksTheWorld(MultiProcContinuousTest):
         self.assertEqual(all_reduce_ones(), 2.0)
 
 
+class PrintsAndFails(MultiProcContinuousTest):
+    world_size = 2
+
+    def test_rank_1_prints_and_fails(self):
+        print(f"printed by rank {self.rank}")
+        self.assertEqual(self.rank, 0, "rank 1 disagrees")
+
+
 class StuckRank(MultiProcContinuousTest):
     world_size = 2
 
     @timeout(2)
     def test_a_rank_1_is_stuck(self):
+        print(f"rank {self.rank} starts the test")
         if self.rank == 1:
             time.sleep(60)
 

@@ -2,11 +2,14 @@
 
 Run with ``leaklib`` on ``PYTHONPATH``.  ``ImportTimeTest``: ``test_a`` imports
 ``fakelib`` for the first time, which adds its ``_vendor`` directory to sys.path
-and warnings filters for itself (one naming it, two that do not); ``test_b`` needs them.  ``test_c`` sets a
+and warnings filters for itself (one naming it, two that do not), sets a variable
+and registers a ``sys.modules`` entry that is not a module; ``test_b`` needs them.  ``test_c`` sets a
 variable torch's compile stack sets for itself (kept); ``test_d`` sets one of its
 own (a leak).  ``MissedTest``: ``test_a`` leaves the umask, a lowered recursion limit,
 a trace and a profile function, a pending timer and a ``torch.device`` context
-changed, and a child running in a session of its own; ``test_b`` needs them as
+changed, SIGCHLD and SIGTERM handlers, the open-file limit, numpy's error handling
+and print options, anomaly mode, gc thresholds, the socket timeout, torch's print
+options and TZ, and a child running in a session of its own; ``test_b`` needs them as
 they were.  ``SessionChildTest`` (leak check off) leaves such a child to the end
 of the run, which must end it.  ``ThreadTest``: a thread that ended is followed by a new one that
 may reuse its ident (the first one is a library's, which the check leaves alone),
@@ -54,6 +57,10 @@ class ImportTimeTest(Gloo):
         import fake_vendored
 
         self.assertEqual(fake_vendored.VALUE, 42)
+        self.assertTrue(os.environ["FAKELIB_HOME"].endswith("fakelib"))
+        import fakelib_shim
+
+        self.assertEqual(fakelib_shim.ANSWER, 42)
         for message, module in ((None, "fakelib"), (".*fakelib's old api.*", None), (None, r"fakelib\..*")):
             self.assertTrue(any(f[0] == "ignore" and getattr(f[1], "pattern", None) == message
                                 and getattr(f[3], "pattern", None) == module for f in warnings.filters),
@@ -70,8 +77,46 @@ def _trace(frame, event, arg):
     return None
 
 
+def _unwatched_before():
+    """The state test_a changes that the leak check once left alone, as test_b must find it."""
+    import gc
+    import resource
+    import socket
+
+    import numpy as np
+
+    return {"sigchld": signal.getsignal(signal.SIGCHLD), "sigterm": signal.getsignal(signal.SIGTERM),
+            "nofile": resource.getrlimit(resource.RLIMIT_NOFILE), "seterr": np.geterr(),
+            "anomaly": torch.is_anomaly_enabled(), "gc": gc.get_threshold(), "socket": socket.getdefaulttimeout(),
+            "np_print": np.get_printoptions(), "torch_print": torch._tensor_str.PRINT_OPTS.precision,
+            "tz": os.environ.get("TZ"), "local": time.localtime(0).tm_hour}
+
+
+def _change_the_unwatched():
+    import gc
+    import resource
+    import socket
+
+    import numpy as np
+
+    signal.signal(signal.SIGCHLD, lambda *a: None)
+    signal.signal(signal.SIGTERM, lambda *a: None)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
+    np.seterr(all="raise")
+    torch.set_anomaly_enabled(True)
+    gc.set_threshold(1)
+    socket.setdefaulttimeout(0.5)
+    np.set_printoptions(precision=2)
+    torch.set_printoptions(precision=1)
+    os.environ["TZ"] = "JST-9"
+    time.tzset()
+
+
 class MissedTest(Gloo):
     def test_a_changes_process_state(self):
+        type(self).unwatched = _unwatched_before()
+        _change_the_unwatched()
         os.umask(0o077)
         sys.setrecursionlimit(sys.getrecursionlimit() - 100)
         sys.settrace(_trace)
@@ -90,6 +135,7 @@ class MissedTest(Gloo):
         self.assertIsNone(sys.gettrace())
         self.assertIsNone(sys.getprofile())
         self.assertEqual(signal.getitimer(signal.ITIMER_REAL), (0.0, 0.0))
+        self.assertEqual(_unwatched_before(), MissedTest.unwatched)
 
 
 _ENDING = threading.Event()

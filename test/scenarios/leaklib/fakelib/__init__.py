@@ -1,6 +1,11 @@
-"""A library that, at its first import, adds its vendored directory to sys.path and filters for its warnings."""
+"""A library that, at its first import, adds its vendored directory to sys.path and filters for its warnings.
+
+It also sets a variable of its own and registers an object that is not a module
+in ``sys.modules`` (a lazy-loading shim, as some libraries do).
+"""
 import os
 import sys
+import types
 import warnings
 
 VENDOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vendor")
@@ -10,6 +15,15 @@ warnings.filterwarnings("ignore", category=DeprecationWarning, module="fakelib")
 # Filters that name no module of the library: set during its import all the same.
 warnings.filterwarnings("ignore", message=".*fakelib's old api.*")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"fakelib\..*")
+
+os.environ.setdefault("FAKELIB_HOME", os.path.dirname(os.path.abspath(__file__)))
+
+
+class _Shim(types.SimpleNamespace):
+    """Not a module: what ``import fakelib_shim`` finds in sys.modules."""
+
+
+sys.modules["fakelib_shim"] = _Shim(ANSWER=42)  # type: ignore[assignment]
 
 _POOL = []
 
