@@ -128,8 +128,8 @@ def _run(args: List[str], argv: List[str], env: Dict[str, str], timeout: float, 
 
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
     if paths:
-        server.stop_forked()  # the template's sys.path is the one it was forked with: this run forks its own
-    template_before = server.forked_pid()
+        server.stop()  # the template's sys.path is the one it was forked with: this run forks its own
+    template_before = server.template_pid()
     with _scoped(env, argv, own, paths), _captured() as output:
         # A hang is a bug of the run: end this process with every thread's stack, as the
         # subprocess's timeout would have ended the run.
@@ -155,14 +155,15 @@ def _exit_code(code: object) -> int:
 
 
 def _stop_worlds(template_before: Optional[int]) -> None:
-    """Stop every world the run left, and a template it forked: a later run's ranks must not fork from a
-    process that holds this run's modules and ``__main__`` (a real run's template ends with it)."""
+    """Stop every world the run left, and a template it started (forked, or the fresh interpreter that
+    replaced a forked one whose probe failed): a later run's ranks must not fork from a process that holds
+    this run's modules and ``__main__`` (a real run's template ends with it)."""
     from continuous_test.controller import world
     from continuous_test.template import server
 
     world.stop_all()
-    if server.forked_pid() != template_before:
-        server.stop_forked()
+    if server.template_pid() not in (None, template_before):
+        server.stop()
 
 
 @contextlib.contextmanager

@@ -206,26 +206,31 @@ def test_a_rank_takes_the_class_from_the_controllers_file_when_its_name_is_anoth
 
 
 @pytest.mark.world
-def test_a_template_forked_during_an_in_process_run_ends_with_it(monkeypatch):
+def test_a_template_started_during_an_in_process_run_ends_with_it(monkeypatch):
     # test/inprocess.py: a later run's ranks must not fork from a template that holds this
-    # run's __main__ (its module-level reads of the environment): stop_forked ends it, and
-    # the next world forks a new one.
+    # run's __main__ (its module-level reads of the environment): server.stop ends it, and
+    # the next world starts a new one; so also the fresh interpreter that replaces a forked
+    # template whose probe failed (as on a loaded machine), which preloads the run's __main__.
     from continuous_test.template import server
 
-    server.stop_forked()  # no world of this process uses it between tests
-    forked: list = []
-    fork = server._fork_template
+    server.stop()  # no world of this process uses it between tests
+    seen: list = []
+    parent_pid = server.parent_pid
 
-    def recording() -> None:
-        fork()
-        forked.append(server.forked_pid())
+    def recording() -> int:
+        pid = parent_pid()
+        seen.append((pid, server.template_kind()))
+        return pid
 
-    monkeypatch.setattr(server, "_fork_template", recording)
-    for _ in range(2):
+    monkeypatch.setattr(server, "parent_pid", recording)
+    for probe_fails in (False, True):
+        if probe_fails:
+            monkeypatch.setattr(server, "_READY", b"never")  # every forked template's probe reads as failed
         proc = helpers.python("test_basic.py", "-k", "test_sum")
         assert unittest_counts(proc.stderr) == {"ran": 1}, helpers.describe(proc)
-    assert len(forked) == 2 and forked[0] != forked[1] and None not in forked, forked
-    assert server.forked_pid() is None
-    for pid in forked:
+        assert server.template_pid() is None
+    pids = list(dict.fromkeys(seen))
+    assert [kind for _, kind in pids] == ["fork", "forkserver"], seen
+    for pid, _ in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

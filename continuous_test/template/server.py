@@ -60,8 +60,8 @@ __all__ = [
     "private_dir",
     "parent_pid",
     "died",
-    "forked_pid",
-    "stop_forked",
+    "template_pid",
+    "stop",
     "BAD_START_METHOD",
     "START_METHODS",
     "PROBE_TIMEOUT",
@@ -409,27 +409,32 @@ def _abandon_forked() -> None:
     server.set_forkserver_preload(preload_modules(with_main=False))
 
 
-def forked_pid() -> Optional[int]:
-    """The pid of the template forked from this process, or None."""
-    return _forked.pid if _forked is not None else None
+def template_pid() -> Optional[int]:
+    """The pid of this process's template (forked from it, or a fresh interpreter), or None."""
+    return _forkserver_pid() if _context_method in ("fork", "forkserver") else None
 
 
-def stop_forked() -> None:
-    """Stop the template forked from this process (no world may still use it); the next world forks a new one.
+def stop() -> None:
+    """Stop this process's template, forked or a fresh interpreter (no world may still use it); the next world
+    starts a new one.
 
     For a process that runs one test session after another (an in-process test
-    runner): each session's template then holds that session's modules only.
+    runner): each session's template then holds that session's modules and
+    ``__main__`` only, as a real run's does.
     """
     global _forked
-    if _forked is None:
-        return
-    _confirm_forked()
-    if not _forked.ok:
-        return  # the fresh-interpreter template that replaced it serves on
-    _abandon_forked()
-    assert _context is not None
-    _context.set_forkserver_preload(preload_modules())  # _abandon_forked chose the fallback's preload
-    _forked = None
+    from multiprocessing import forkserver
+
+    if _forked is not None:
+        _confirm_forked()
+        if _forked.ok:
+            _abandon_forked()
+        _forked = None
+    server: Any = forkserver._forkserver
+    if getattr(server, "_forkserver_pid", None) is not None:
+        server._stop()  # the fresh interpreter: closing its alive pipe ends it (multiprocessing's own stop)
+    if _context is not None:
+        _context.set_forkserver_preload(preload_modules())  # _abandon_forked chose the fallback's preload
 
 
 def private_dir() -> str:
