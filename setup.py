@@ -9,7 +9,7 @@ setup(
     long_description_content_type="text/x-rst",
     packages=find_packages(include=["continuous_test", "continuous_test.*"]),
     python_requires=">=3.10",  # torch 2.13 itself needs 3.10
-    install_requires=["torch>=2.2", "numpy", "expecttest"],
+    install_requires=["torch>=2.12", "numpy", "expecttest"],
     extras_require={
         # pytest-cov: test/test_coverage_support.py; pytest-timeout: a runner's own timeout in
         # test/test_controller_faults.py (skipped without it).

@@ -73,7 +73,7 @@ _WHERE = {
 
 
 # The oldest torch this package supports: setup.py's install_requires bound (test_config.py checks they agree).
-MIN_TORCH = (2, 2)
+MIN_TORCH = (2, 12)
 TORCH_TOO_OLD = "continuous_test needs torch {need} or newer (found torch {found}); upgrade torch"
 
 

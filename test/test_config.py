@@ -178,7 +178,7 @@ def test_the_oldest_torch_is_setup_pys_bound():
     assert tuple(int(part) for part in bound.split(".")) == continuous_test.MIN_TORCH
 
 
-@pytest.mark.parametrize("version, too_old", [("2.1.2", True), ("1.13.1+cu117", True), ("2.2.0", False),
+@pytest.mark.parametrize("version, too_old", [("2.11.0", True), ("1.13.1+cu117", True), ("2.12.0", False),
                                               ("2.13.0+cpu", False), ("2.14.0.dev20260101", False)])
 def test_a_torch_older_than_the_bound_is_named(version, too_old):
     import types
@@ -191,7 +191,7 @@ def test_a_torch_older_than_the_bound_is_named(version, too_old):
         return
     with pytest.raises(ImportError) as raised:
         continuous_test.check_torch(fake)
-    assert str(raised.value) == f"continuous_test needs torch 2.2 or newer (found torch {version}); upgrade torch"
+    assert str(raised.value) == f"continuous_test needs torch 2.12 or newer (found torch {version}); upgrade torch"
 
 
 @pytest.mark.e2e
@@ -204,7 +204,7 @@ def test_importing_the_bases_with_a_too_old_torch_fails_in_one_line():
             "from continuous_test import MultiProcContinuousTest")
     proc = helpers.run([sys.executable, "-c", code])
     assert proc.returncode == 1, helpers.describe(proc)
-    assert proc.stderr.splitlines()[-1] == ("ImportError: continuous_test needs torch 2.2 or newer (found torch 2.1.0); "
+    assert proc.stderr.splitlines()[-1] == ("ImportError: continuous_test needs torch 2.12 or newer (found torch 2.1.0); "
                                             "upgrade torch"), helpers.describe(proc)
     assert "continuous_test.case" not in proc.stderr, helpers.describe(proc)  # stopped before its modules ran
 

@@ -32,15 +32,15 @@ def test_rank_result_records_unittest_events():
 
 
 def test_torch_skip_exit_codes_become_skips():
-    from torch.testing._internal.common_distributed import TEST_SKIPS
+    from continuous_test.torch_compat.dtensor import too_few_devices
 
     class Case(unittest.TestCase):
         def test_exit(self):
-            raise SystemExit(TEST_SKIPS["multi-gpu-2"].exit_code)
+            raise SystemExit(too_few_devices(2).exit_code)
 
     result = RankResult()
     Case("test_exit").run(result)
-    assert [(e.kind, e.reason) for e in result.events] == [(EventKind.SKIP, TEST_SKIPS["multi-gpu-2"].message)]
+    assert [(e.kind, e.reason) for e in result.events] == [(EventKind.SKIP, too_few_devices(2).message)]
 
 
 if __name__ == "__main__":

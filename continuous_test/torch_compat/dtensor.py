@@ -24,6 +24,7 @@ that call ``super()`` (which binds to torch's class) are written again here.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import torch
 from torch.testing._internal.common_distributed import TEST_SKIPS
@@ -52,6 +53,11 @@ def borrow(torch_cls: type, name: str):
 _TORCH_BASE = _torch_dtensor.DTensorTestBase
 
 
+def too_few_devices(world_size: int) -> Any:
+    """torch's ``TEST_SKIPS`` entry for fewer than ``world_size`` accelerators: ``multi-device-N`` (torch 2.15 on), else ``multi-gpu-N``."""
+    return TEST_SKIPS.get(f"multi-device-{world_size}") or TEST_SKIPS[f"multi-gpu-{world_size}"]
+
+
 class DTensorTestBase(DTensorTestMixin, MultiProcessTestCase):
     """torch's ``DTensorTestBase``: fresh ranks per test; ``@with_comms`` builds the process group."""
 
@@ -78,6 +84,6 @@ class DTensorContinuousTestBase(DTensorTestMixin, MultiProcContinuousTest):  # t
         accelerator = config.accelerator()
         if accelerator is not None:
             if world_size > config.device_count(accelerator):
-                sys.exit(TEST_SKIPS[f"multi-gpu-{world_size}"].exit_code)
+                sys.exit(too_few_devices(world_size).exit_code)
             torch.accelerator.set_device_index(rank)
         super()._init_pg(rank, world_size, rdvz_file)

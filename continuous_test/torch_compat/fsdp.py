@@ -28,14 +28,13 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.testing._internal import common_fsdp as _torch_fsdp
-from torch.testing._internal.common_distributed import TEST_SKIPS
 from torch.testing._internal.common_fsdp import FSDPTestMixin, FSDPTestMultiThread  # noqa: F401 - re-exported
 from torch.testing._internal.common_utils import set_rng_seed
 
 from continuous_test import config
 from continuous_test.case import MultiProcContinuousTest
 from continuous_test.multiprocess import MultiProcessTestCase
-from continuous_test.torch_compat.dtensor import borrow
+from continuous_test.torch_compat.dtensor import borrow, too_few_devices
 
 __all__ = ["FSDPTest", "FSDPTestContinuous", "FSDPTestMultiThread"]
 
@@ -86,7 +85,7 @@ class FSDPTestContinuous(FSDPTestMixin, MultiProcContinuousTest):
         os.environ["TORCH_NCCL_DESYNC_DEBUG"] = "0"  # as torch (pytorch/pytorch#90848)
         accelerator = config.accelerator()
         if accelerator is None or config.device_count(accelerator) < world_size:
-            sys.exit(TEST_SKIPS[f"multi-gpu-{world_size}"].exit_code)
+            sys.exit(too_few_devices(world_size).exit_code)
         _bind_device(rank)
         super()._init_pg(rank, world_size, rdvz_file)
 
