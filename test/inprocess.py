@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import traceback
 import types
 import warnings
 from pathlib import Path
@@ -138,6 +139,9 @@ def _run(args: List[str], argv: List[str], env: Dict[str, str], timeout: float, 
             code = body()
         except SystemExit as exc:
             code = _exit_code(exc.code)
+        except Exception:  # as the interpreter ends on an uncaught exception: its traceback, exit code 1
+            traceback.print_exc(file=sys.stderr)
+            code = 1
         finally:
             faulthandler.cancel_dump_traceback_later()
             _stop_worlds(template_before)
