@@ -123,6 +123,18 @@ def test_bad_start_method_is_named():
     assert "Invalid start method 'thread' from CONTINUOUS_TEST_START_METHOD environment variable" in proc.stderr
 
 
+@pytest.mark.e2e
+def test_a_fresh_test_is_judged_when_its_ranks_declare_their_exit_not_when_they_are_reaped(tmp_path):
+    # Rank 0 stops the template as the test ends; the scenario resumes it after the
+    # verdict, or 12 s later.  A rank that reports without declaring its exit code
+    # leaves the controller waiting for the template to report the rank's end: 12 s.
+    # real: the template stopped must be the scenario's own, not this process's.
+    proc = helpers.python("test_declared_exit.py", env={"STAMP_DIR": str(tmp_path)}, real=True)
+    assert unittest_counts(proc.stderr) == {"ran": 1}, describe(proc)
+    took = float(re.search(r"Ran 1 test in ([\d.]+)s", proc.stderr).group(1))
+    assert took < 6.0, f"judged after {took} s: the controller waited for the template\n{describe(proc)}"
+
+
 @pytest.mark.world
 def test_expect_exit_never_hides_a_failure_on_the_way_to_the_exit():
     proc = helpers.python("test_expect_exit.py", "-v")

@@ -6,12 +6,21 @@ import unittest
 import pytest
 
 from continuous_test.rank.result import RankResult
-from continuous_test.wire.outcome import EventKind, SubTestId, exit_description
+from continuous_test.wire.outcome import ErrorRecord, EventKind, SubTestId, exit_description
 
 
 def test_exit_description():
     assert exit_description(3) == "exit code 3"
     assert exit_description(-9) == "signal SIGKILL"
+
+
+def test_a_long_first_line_is_cut_to_500_characters_in_the_headline():
+    # The headline is the one-line summary a report groups ranks by; its limit is a
+    # number of the design (docs/reports.rst), not whatever MAX_HEADLINE says.
+    long = ErrorRecord("builtins", "ValueError", "x" * 20_000 + "\nsecond line", "Traceback...", True)
+    assert long.headline() == "ValueError: " + "x" * 500 + " ... (19500 characters more)"
+    whole = ErrorRecord("builtins", "ValueError", "y" * 500 + "\nsecond line", "Traceback...", True)
+    assert whole.headline() == "ValueError: " + "y" * 500
 
 
 def test_rank_result_records_unittest_events():

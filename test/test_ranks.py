@@ -6,6 +6,7 @@ message, a death before or after replying, an expiry) is reached in milliseconds
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -60,6 +61,21 @@ def start(tmp_path):
     kill_ranks(started, timeout=5)
 
 
+@contextlib.contextmanager
+def bounded(seconds):
+    """Fail, not hang, when a wait never ends (a selector event the loop ignores spins it forever)."""
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"the wait did not end within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def done(rank, seq=1, failed=False):
     if not failed:
         return TestDone(rank, seq)
@@ -94,7 +110,8 @@ def test_a_reply_for_another_test_is_an_error(start):
 def test_a_death_is_seen_at_once_and_the_peer_gets_the_grace(start):
     watch, _ = start([("exit", 3)], ["sleep"])
     began = time.monotonic()
-    waited = watch.wait(goal(grace=0.5))
+    with bounded(20):  # seen only through the pipe, the death would never end the wait
+        waited = watch.wait(goal(grace=0.5))
     elapsed = time.monotonic() - began
     kinds = {f.rank: (f.kind, f.exitcode) for f in waited.faults}
     assert kinds == {0: (FaultKind.DIED, 3), 1: (FaultKind.INTERRUPTED, None)}
