@@ -154,15 +154,43 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     args[:] = [bare.get(arg, arg) for arg in args]
 
 
-def _export_launch() -> None:
+XDIST_UNDER_A_LAUNCHER = (
+    "pytest-xdist ({option}) cannot run under {launcher}: the launcher started one process per rank, and each "
+    "must run every test itself; xdist would split the tests of that one launched world among its workers, "
+    "so each rank would wait for peers that never come. Drop {option} from the pytest command under "
+    "{launcher} (or pass -p no:xdist), or run pytest {option} without {launcher}: each xdist worker then "
+    "starts the ranks of its worlds itself"
+)
+_LAUNCHER_NAMES = {"torchrun": "torchrun", "slurm": "srun", "mpi": "mpiexec"}
+
+
+def _export_launch(config: pytest.Config) -> None:
     """Under srun or mpiexec, export torchrun's variables (``RANK``, ...) before the test files are imported.
 
     A bad or missing launcher setting (mpiexec across hosts without ``MASTER_ADDR``)
-    is a ConfigError, which stops the session with its message.
+    is a ConfigError, which stops the session with its message; so is xdist under
+    any launcher (:data:`XDIST_UNDER_A_LAUNCHER`).
     """
+    from continuous_test.errors import ConfigError
     from continuous_test.launched.detect import detect, export_env
 
-    export_env(detect())
+    launch = detect()
+    option = _xdist_option(config)
+    if launch.is_launcher and option is not None:
+        raise ConfigError(XDIST_UNDER_A_LAUNCHER.format(option=option, launcher=_LAUNCHER_NAMES[launch.mode.value]))
+    export_env(launch)
+
+
+def _xdist_option(config: pytest.Config) -> Optional[str]:
+    """How this session asked xdist for workers (``-n 2``, ``--tx ...``), or None; an xdist worker says ``-n``."""
+    if hasattr(config, "workerinput"):
+        return "-n"
+    workers = getattr(config.option, "numprocesses", None)
+    if workers not in (None, 0, "0"):
+        return f"-n {workers}"
+    if getattr(config.option, "tx", None):
+        return "--tx"
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -185,7 +213,7 @@ def pytest_configure(config: pytest.Config) -> None:
         world_size, source = _setting(config, "ct_world_size")
         size = None if world_size is None else ct_config.parse_positive_int(world_size, "world size", source)
         _configure_isolation(config)
-        _export_launch()
+        _export_launch(config)
         _device_limits(config)
         config.stash[_SHARDING] = sharding = _sharding(config)
         config.stash[_REPORTS] = _checked_report_paths(config)

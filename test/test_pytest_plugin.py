@@ -178,6 +178,21 @@ def test_functions_under_torchrun_pytest():
 
 
 @pytest.mark.e2e
+def test_xdist_under_torchrun_is_a_usage_error_naming_both():
+    # xdist would split the one launched world's tests among its workers: a test then waits for peers that
+    # run other tests, until its time limit.
+    launcher = ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                "--master-port", str(helpers.free_port())]
+    proc = helpers.run([helpers.sys.executable, *launcher, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
+                        "test_functions.py", "-k", "all_reduce"],
+                       env={"CONTINUOUS_TEST_TIMEOUT": "5", "CONTINUOUS_TEST_START_TIMEOUT": "5"})
+    assert proc.returncode != 0, describe(proc)
+    assert proc.stderr.count("pytest-xdist (-n 2) cannot run under torchrun") == 2, describe(proc)  # every rank
+    assert "Drop -n 2 from the pytest command under torchrun" in proc.stderr, describe(proc)
+    assert "passed" not in proc.stdout, describe(proc)
+
+
+@pytest.mark.e2e
 def test_functions_whose_fixture_values_differ_by_rank_under_torchrun_pytest():
     # Each launched rank is a pytest session of its own: its tmp_path, and a value whose
     # repr names the rank, give the test another id on each rank.  The ranks still meet
