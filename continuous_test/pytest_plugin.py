@@ -624,6 +624,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     other diagnosis of the test as a property (junitxml reads the teardown report's)."""
     if call.when == "teardown":
         _add_properties(item)
+    if call.when == "setup" and call.excinfo is not None:
+        _note_where_fixtures_run(item, call.excinfo)
     outcome = yield
     _note_outcome(item, call.when, outcome.get_result())
     if call.excinfo is not None and outcome.get_result().failed:
@@ -658,6 +660,46 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     item.user_properties.append(("failing_ranks", ",".join(map(str, failing_ranks(ranks)))))
     item.user_properties.append(("raising_ranks", ",".join(map(str, raising_ranks(ranks)))))
     _summary_message(item, report, call.excinfo)
+
+
+NO_GROUP_IN_A_FIXTURE = (
+    "continuous_test: {fixture} of {test} ran in the pytest process (the controller), not in the ranks: "
+    "pytest runs a distributed test's fixtures there, once, before the test runs on every rank, and that "
+    "process has no process group. Call torch.distributed in the test itself (or in a helper it calls); "
+    "let the fixture return plain values, which reach every rank (see README.rst, Test functions)"
+)
+NO_DEFAULT_GROUP = "Default process group has not been initialized"  # torch's ValueError, from every dist call
+
+
+def _note_where_fixtures_run(item: pytest.Item, excinfo: Any) -> None:
+    """A distributed test's fixture that called torch.distributed in the controller: say where fixtures run.
+
+    Under a launcher each rank runs its own fixtures, in a process that has the group.
+    """
+    if NO_DEFAULT_GROUP not in str(excinfo.value) or _test_class(item) is None:
+        return
+    from continuous_test.launched.detect import detect
+
+    if detect().is_launcher or not hasattr(excinfo.value, "add_note"):
+        return
+    excinfo.value.add_note(NO_GROUP_IN_A_FIXTURE.format(fixture=_raising_fixture(item, excinfo), test=item.nodeid))
+
+
+def _raising_fixture(item: pytest.Item, excinfo: Any) -> str:
+    """``the fixture 'name'`` whose function the traceback passed through last, else ``a fixture``."""
+    info = getattr(item, "_fixtureinfo", None)
+    codes = {}
+    for name, defs in (getattr(info, "name2fixturedefs", None) or {}).items():
+        for fixturedef in defs:
+            code = getattr(getattr(fixturedef, "func", None), "__code__", None)
+            if code is not None:
+                codes[code] = name
+    tb = excinfo.value.__traceback__
+    found = None
+    while tb is not None:
+        found = codes.get(tb.tb_frame.f_code, found)
+        tb = tb.tb_next
+    return f"the fixture {found!r}" if found else "a fixture"
 
 
 def _add_properties(item: pytest.Item) -> None:

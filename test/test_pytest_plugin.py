@@ -177,6 +177,17 @@ def test_functions_under_torchrun_pytest():
     assert proc.stdout.count("1 failed, 3 passed") == 2, describe(proc)
 
 
+@pytest.mark.world
+def test_a_fixture_that_calls_torch_distributed_says_where_fixtures_run():
+    proc = helpers.pytest("test_fixture_calls_dist.py")
+    assert pytest_counts(proc.stdout) == {"passed": 1, "error": 1}, describe(proc)
+    assert "Default process group has not been initialized" in proc.stdout, describe(proc)
+    assert "continuous_test: the fixture 'world_rank' of " in proc.stdout, describe(proc)
+    assert "test_fixture_calls_dist.py::test_sum ran in the pytest process (the controller), not in the ranks" \
+        in proc.stdout, describe(proc)
+    assert "Call torch.distributed in the test itself" in proc.stdout, describe(proc)
+
+
 @pytest.mark.e2e
 def test_xdist_under_torchrun_is_a_usage_error_naming_both():
     # xdist would split the one launched world's tests among its workers: a test then waits for peers that
