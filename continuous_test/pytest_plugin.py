@@ -936,13 +936,12 @@ class _Sharding:
         self.repeated: dict = {}
 
     def repeat_counts(self) -> dict:
-        """node id of each repeated run -> {"runs": n, "passed": k} of its test, all its runs together."""
+        """node id of each repeated run -> its test's ``runs``, ``passed`` and ``diagnosis``, all its runs together."""
         found = {}
         for node, test in self.repeated.items():
             counts = self.tally.tests.get(test)
             if counts is not None:
-                runs = [*counts.shared.values(), *counts.fresh.values()]
-                found[node] = {"runs": len(runs), "passed": sum(1 for ok in runs if ok)}
+                found[node] = counts.as_report()
         return found
 
 
@@ -1148,6 +1147,7 @@ class _Recorder:
     def __init__(self, sharding: _Sharding) -> None:
         self.sharding = sharding
 
+    @pytest.hookimpl(tryfirst=True)  # before junitxml, which writes the teardown report's properties
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Add up each test's time and its world's starts, and tally repeated runs."""
         sharding = self.sharding
@@ -1156,8 +1156,13 @@ class _Recorder:
             from continuous_test.controller.repeat import RepeatRun
 
             passed = None if report.skipped else (False if report.failed else (True if report.when == "call" else None))
-            sharding.tally.record(RepeatRun(*run), passed)
+            repeat_run = RepeatRun(*run)
+            sharding.tally.record(repeat_run, passed)
             sharding.repeated[report.nodeid] = run[0]
+            if report.when == "teardown" and repeat_run.number == repeat_run.count and \
+                    repeat_run.mode == ("fresh" if sharding.fresh else "repeat"):
+                # The test's last run: its diagnosis is complete, for JUnit XML.
+                report.user_properties.append(("repeat_diagnosis", sharding.tally.tests[repeat_run.test].diagnosis()))
             return
         started = getattr(report, "ct_world_start", None)
         seconds = report.duration

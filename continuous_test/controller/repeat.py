@@ -108,6 +108,11 @@ class RepeatCounts:
             "in the shared world (add --ct-repeat-fresh to tell the world apart)" if not fresh else "in the shared world")
         return FLAKY.format(where=where)
 
+    def as_report(self) -> dict:
+        """The run report's ``repeat`` of each of this test's runs: ``runs``, ``passed`` and ``diagnosis``."""
+        runs = [*self.shared.values(), *self.fresh.values()]
+        return {"runs": len(runs), "passed": sum(1 for ok in runs if ok), "diagnosis": self.diagnosis()}
+
     def line(self) -> str:
         """``<test>: shared world 2/3 passed, fresh worlds 3/3 passed: <diagnosis>``."""
         parts = [f"shared world {sum(self.shared.values())}/{len(self.shared)} passed"]
