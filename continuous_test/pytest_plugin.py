@@ -1127,6 +1127,11 @@ def pytest_runtest_makereport_shard(item: pytest.Item, call: pytest.CallInfo):
     run = item.stash.get(_REPEAT, None)
     if run is not None:
         report.ct_repeat = run.as_list()
+        if call.when == "teardown":  # whether its world starts again after this run (a failure restarts it)
+            from continuous_test.controller import run_log
+
+            record = run_log.log().tests.get(item.nodeid)
+            report.ct_restarts_world = bool(record is not None and record.restarts_world)
     if _MARKED not in item.stash or not _has_world(item):
         return
     from continuous_test.controller.world import start_seconds
@@ -1158,6 +1163,8 @@ class _Recorder:
             passed = None if report.skipped else (False if report.failed else (True if report.when == "call" else None))
             repeat_run = RepeatRun(*run)
             sharding.tally.record(repeat_run, passed)
+            if getattr(report, "ct_restarts_world", False):
+                sharding.tally.restarted(repeat_run)
             sharding.repeated[report.nodeid] = run[0]
             if report.when == "teardown" and repeat_run.number == repeat_run.count and \
                     repeat_run.mode == ("fresh" if sharding.fresh else "repeat"):

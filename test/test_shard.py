@@ -308,6 +308,33 @@ def test_the_diagnosis_of_a_shared_world_that_went_fail_pass_fail(shared, fresh,
     assert counts.diagnosis() == said
 
 
+@pytest.mark.parametrize("shared, restarted_after, fresh, said", [
+    # It spoils its own state: each failed run restarts the world, so the run after it passes again.
+    ([True, False, True, False], {2, 4}, [], repeat.FOLLOWS_ORDER_LATER),
+    ([True, False, True], {2}, [True] * 3, repeat.FOLLOWS_ORDER_LATER),
+    # It fails after the tests before it: its failure restarts the world, every later run passes.
+    ([False, True, True, True], {1}, [], repeat.FOLLOWS_ORDER_FIRST),
+    # A run first in a restarted world that fails too: no place in the order explains it.
+    ([True, False, False], {2, 3}, [], "flaky"),
+])
+def test_the_diagnosis_knows_a_failed_run_restarted_the_world(shared, restarted_after, fresh, said):
+    counts = repeat.RepeatCounts("t", len(shared), dict(enumerate(shared, 1)), dict(enumerate(fresh, 1)),
+                                 restarted_after)
+    assert said in counts.diagnosis()
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("runner", ["pytest", "run_tests"])
+def test_a_test_that_spoils_its_own_state_follows_the_order_over_four_runs(runner):
+    # Fails whenever its world ran a test before: pass, fail (the world restarts), pass, fail.
+    env = {"FLAKY_SECOND_IN_WORLD": "1", "NO_FUNCTIONS": "1", "CONTINUOUS_TEST_BISECT": "off"}
+    proc = (helpers.pytest(SCENARIO, "-k", "Flaky", "--ct-repeat=4", env=env) if runner == "pytest" else
+            helpers.python(SCENARIO, "Flaky", env={**env, ENV_REPEAT: "4"}))
+    assert proc.returncode == 1, describe(proc)
+    line = f"Flaky::test_flaky: shared world 2/4 passed: {repeat.FOLLOWS_ORDER_LATER}"
+    assert line in proc.stdout + proc.stderr, describe(proc)
+
+
 # -- a fresh run's world ------------------------------------------------------------------
 
 class FreshRunClass:
@@ -545,7 +572,8 @@ def test_pytest_repeats_are_items_and_the_summary_says_the_world(tmp_path):
     assert "PASSED test_shard.py::Flaky::test_flaky[fresh-3of3]" in proc.stdout
     assert "PASSED test_shard.py::WorldA::test_a1[repeat-3of3]" in proc.stdout
     assert helpers.pytest_counts(proc.stdout) == {"passed": 11, "failed": 1, "deselected": 20}, describe(proc)
-    line = f"{NODE}Flaky::test_flaky: shared world 2/3 passed, fresh worlds 3/3 passed: {repeat.FOLLOWS_WORLD}"
+    # pass, fail, pass: its failed run restarted the world, so it fails only after a run of itself.
+    line = f"{NODE}Flaky::test_flaky: shared world 2/3 passed, fresh worlds 3/3 passed: {repeat.FOLLOWS_ORDER_LATER}"
     assert line in proc.stdout, describe(proc)
     assert f"{NODE}WorldA::test_a1: shared world 3/3 passed, fresh worlds 3/3 passed" in proc.stdout
 
