@@ -403,6 +403,9 @@ def _repeat_summary(program: Any, prepared: Any, quiet: bool) -> None:
     if not prepared.runs or result is None:
         return
     result.repeat_tally = tally = prepared.tally(result)
+    # unittest's id of each run (the runs of a test share it) -> the test's counts, for the run report.
+    result.repeat_reports = {case.id(): tally.tests[run.test].as_report() for case, run in prepared.runs
+                             if run.test in tally.tests}
     if not quiet:
         print("\n".join(tally.summary()), file=sys.stderr, flush=True)
 

@@ -154,15 +154,43 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     args[:] = [bare.get(arg, arg) for arg in args]
 
 
-def _export_launch() -> None:
+XDIST_UNDER_A_LAUNCHER = (
+    "pytest-xdist ({option}) cannot run under {launcher}: the launcher started one process per rank, and each "
+    "must run every test itself; xdist would split the tests of that one launched world among its workers, "
+    "so each rank would wait for peers that never come. Drop {option} from the pytest command under "
+    "{launcher} (or pass -p no:xdist), or run pytest {option} without {launcher}: each xdist worker then "
+    "starts the ranks of its worlds itself"
+)
+_LAUNCHER_NAMES = {"torchrun": "torchrun", "slurm": "srun", "mpi": "mpiexec"}
+
+
+def _export_launch(config: pytest.Config) -> None:
     """Under srun or mpiexec, export torchrun's variables (``RANK``, ...) before the test files are imported.
 
     A bad or missing launcher setting (mpiexec across hosts without ``MASTER_ADDR``)
-    is a ConfigError, which stops the session with its message.
+    is a ConfigError, which stops the session with its message; so is xdist under
+    any launcher (:data:`XDIST_UNDER_A_LAUNCHER`).
     """
+    from continuous_test.errors import ConfigError
     from continuous_test.launched.detect import detect, export_env
 
-    export_env(detect())
+    launch = detect()
+    option = _xdist_option(config)
+    if launch.is_launcher and option is not None:
+        raise ConfigError(XDIST_UNDER_A_LAUNCHER.format(option=option, launcher=_LAUNCHER_NAMES[launch.mode.value]))
+    export_env(launch)
+
+
+def _xdist_option(config: pytest.Config) -> Optional[str]:
+    """How this session asked xdist for workers (``-n 2``, ``--tx ...``), or None; an xdist worker says ``-n``."""
+    if hasattr(config, "workerinput"):
+        return "-n"
+    workers = getattr(config.option, "numprocesses", None)
+    if workers not in (None, 0, "0"):
+        return f"-n {workers}"
+    if getattr(config.option, "tx", None):
+        return "--tx"
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -185,7 +213,7 @@ def pytest_configure(config: pytest.Config) -> None:
         world_size, source = _setting(config, "ct_world_size")
         size = None if world_size is None else ct_config.parse_positive_int(world_size, "world size", source)
         _configure_isolation(config)
-        _export_launch()
+        _export_launch(config)
         _device_limits(config)
         config.stash[_SHARDING] = sharding = _sharding(config)
         config.stash[_REPORTS] = _checked_report_paths(config)
@@ -596,6 +624,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     other diagnosis of the test as a property (junitxml reads the teardown report's)."""
     if call.when == "teardown":
         _add_properties(item)
+    if call.when == "setup" and call.excinfo is not None:
+        _note_where_fixtures_run(item, call.excinfo)
     outcome = yield
     _note_outcome(item, call.when, outcome.get_result())
     if call.excinfo is not None and outcome.get_result().failed:
@@ -630,6 +660,46 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     item.user_properties.append(("failing_ranks", ",".join(map(str, failing_ranks(ranks)))))
     item.user_properties.append(("raising_ranks", ",".join(map(str, raising_ranks(ranks)))))
     _summary_message(item, report, call.excinfo)
+
+
+NO_GROUP_IN_A_FIXTURE = (
+    "continuous_test: {fixture} of {test} ran in the pytest process (the controller), not in the ranks: "
+    "pytest runs a distributed test's fixtures there, once, before the test runs on every rank, and that "
+    "process has no process group. Call torch.distributed in the test itself (or in a helper it calls); "
+    "let the fixture return plain values, which reach every rank (see README.rst, Test functions)"
+)
+NO_DEFAULT_GROUP = "Default process group has not been initialized"  # torch's ValueError, from every dist call
+
+
+def _note_where_fixtures_run(item: pytest.Item, excinfo: Any) -> None:
+    """A distributed test's fixture that called torch.distributed in the controller: say where fixtures run.
+
+    Under a launcher each rank runs its own fixtures, in a process that has the group.
+    """
+    if NO_DEFAULT_GROUP not in str(excinfo.value) or _test_class(item) is None:
+        return
+    from continuous_test.launched.detect import detect
+
+    if detect().is_launcher or not hasattr(excinfo.value, "add_note"):
+        return
+    excinfo.value.add_note(NO_GROUP_IN_A_FIXTURE.format(fixture=_raising_fixture(item, excinfo), test=item.nodeid))
+
+
+def _raising_fixture(item: pytest.Item, excinfo: Any) -> str:
+    """``the fixture 'name'`` whose function the traceback passed through last, else ``a fixture``."""
+    info = getattr(item, "_fixtureinfo", None)
+    codes = {}
+    for name, defs in (getattr(info, "name2fixturedefs", None) or {}).items():
+        for fixturedef in defs:
+            code = getattr(getattr(fixturedef, "func", None), "__code__", None)
+            if code is not None:
+                codes[code] = name
+    tb = excinfo.value.__traceback__
+    found = None
+    while tb is not None:
+        found = codes.get(tb.tb_frame.f_code, found)
+        tb = tb.tb_next
+    return f"the fixture {found!r}" if found else "a fixture"
 
 
 def _add_properties(item: pytest.Item) -> None:
@@ -866,13 +936,12 @@ class _Sharding:
         self.repeated: dict = {}
 
     def repeat_counts(self) -> dict:
-        """node id of each repeated run -> {"runs": n, "passed": k} of its test, all its runs together."""
+        """node id of each repeated run -> its test's ``runs``, ``passed`` and ``diagnosis``, all its runs together."""
         found = {}
         for node, test in self.repeated.items():
             counts = self.tally.tests.get(test)
             if counts is not None:
-                runs = [*counts.shared.values(), *counts.fresh.values()]
-                found[node] = {"runs": len(runs), "passed": sum(1 for ok in runs if ok)}
+                found[node] = counts.as_report()
         return found
 
 
@@ -1058,6 +1127,11 @@ def pytest_runtest_makereport_shard(item: pytest.Item, call: pytest.CallInfo):
     run = item.stash.get(_REPEAT, None)
     if run is not None:
         report.ct_repeat = run.as_list()
+        if call.when == "teardown":  # whether its world starts again after this run (a failure restarts it)
+            from continuous_test.controller import run_log
+
+            record = run_log.log().tests.get(item.nodeid)
+            report.ct_restarts_world = bool(record is not None and record.restarts_world)
     if _MARKED not in item.stash or not _has_world(item):
         return
     from continuous_test.controller.world import start_seconds
@@ -1078,6 +1152,7 @@ class _Recorder:
     def __init__(self, sharding: _Sharding) -> None:
         self.sharding = sharding
 
+    @pytest.hookimpl(tryfirst=True)  # before junitxml, which writes the teardown report's properties
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Add up each test's time and its world's starts, and tally repeated runs."""
         sharding = self.sharding
@@ -1086,8 +1161,15 @@ class _Recorder:
             from continuous_test.controller.repeat import RepeatRun
 
             passed = None if report.skipped else (False if report.failed else (True if report.when == "call" else None))
-            sharding.tally.record(RepeatRun(*run), passed)
+            repeat_run = RepeatRun(*run)
+            sharding.tally.record(repeat_run, passed)
+            if getattr(report, "ct_restarts_world", False):
+                sharding.tally.restarted(repeat_run)
             sharding.repeated[report.nodeid] = run[0]
+            if report.when == "teardown" and repeat_run.number == repeat_run.count and \
+                    repeat_run.mode == ("fresh" if sharding.fresh else "repeat"):
+                # The test's last run: its diagnosis is complete, for JUnit XML.
+                report.user_properties.append(("repeat_diagnosis", sharding.tally.tests[repeat_run.test].diagnosis()))
             return
         started = getattr(report, "ct_world_start", None)
         seconds = report.duration

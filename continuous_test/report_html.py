@@ -269,6 +269,10 @@ def _table(report: Dict[str, Any], start: float) -> str:
         words = diagnosis.get("verdict", "")
         if diagnosis.get("polluters"):
             words += " after " + ", ".join(diagnosis["polluters"])
+        repeat = test.get("repeat") or {}
+        if repeat.get("diagnosis"):  # --ct-repeat: what the test's failures follow, on each of its runs
+            words = "; ".join(w for w in (words, f"repeats {repeat['passed']}/{repeat['runs']} passed: "
+                                                 f"{repeat['diagnosis']}") if w)
         leaks = ", ".join(leak["item"] for leak in test.get("leaks", []))
         if leaks:
             leaks += " (restored)" if test.get("leaks_restored") else " (not restored)"

@@ -197,6 +197,7 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     seed = config.shuffle_seed()
     if seed is not None:
         shuffle.install(loader, seed, announce=not silent)
+    program = None
     try:
         program = unittest.main(module=module, argv=argv if argv is not None else sys.argv,
                                 testRunner=runner, testLoader=loader, exit=False)
@@ -204,7 +205,9 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
         sys.exit(EXIT_INTERRUPTED)
     finally:
         if not silent:
-            write_reports(reports.get(ENV_REPORT), reports.get(ENV_REPORT_HTML), sources=_SOURCES, on_error=_warn)
+            repeats = getattr(getattr(program, "result", None), "repeat_reports", None)  # CONTINUOUS_TEST_REPEAT
+            write_reports(reports.get(ENV_REPORT), reports.get(ENV_REPORT_HTML), repeats=repeats, sources=_SOURCES,
+                          on_error=_warn)
     if not silent:
         _say_if_all_skipped()
     sys.exit(0 if program.result.wasSuccessful() else 1)

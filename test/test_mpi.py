@@ -20,6 +20,7 @@ from helpers import describe, unittest_counts
 
 from continuous_test.errors import ConfigError
 from continuous_test.launched.detect import LAUNCH_HINTS, Mode, detect, export_env, mpi_port
+from continuous_test.launched.join import _launcher_store
 
 LAUNCH_TIMEOUT = 90  # a guard against hangs, never a performance assertion
 # Each scenario: its command line and environment, the same under every launcher.
@@ -142,6 +143,39 @@ def test_two_hydra_jobs_at_once_keep_their_own_rendezvous():
     command = [*_mpiexec("hydra"), sys.executable, *args]
     for proc in [_finish(job) for job in [_start(command, {}), _start(command, {})]]:
         assert proc.returncode == 0 and unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
+
+
+@pytest.mark.e2e
+def test_rank_0s_store_listens_on_loopback_only_on_one_host(mpiexec):
+    """TCPStore's own server listens on every interface (``::``): a one-host world's must not."""
+    proc = _finish(_start([*mpiexec, sys.executable, "test_mpi_launch.py", "-v", "LoopbackStore"], OPEN_MPI_ENV))
+    assert proc.returncode == 0 and unittest_counts(proc.stderr) == {"ran": 1}, describe(proc)
+
+
+def _store_on(env: Dict[str, str]):
+    """Rank 0's rendezvous store of the launch that ``env`` describes, and the addresses it listens on."""
+    sys.path.insert(0, str(helpers.SCENARIOS))
+    try:
+        from test_mpi_launch import listening
+    finally:
+        sys.path.remove(str(helpers.SCENARIOS))
+    launch = detect(env)
+    store = _launcher_store(launch, 5.0)
+    return store, listening(launch.master_port)
+
+
+@pytest.mark.parametrize("flavour", ["openmpi", "hydra"])
+def test_rank_0s_store_listens_where_its_ranks_connect(flavour):
+    """One host: loopback only (the variables mpiexec sets, without mpiexec); across hosts: every interface."""
+    port = str(helpers.free_port())
+    one_host = open_mpi(0) if flavour == "openmpi" else hydra(0, PMI_KVSNAME="kvs_1_0")
+    store, where = _store_on({**one_host, "MASTER_PORT": port})
+    del store
+    assert where == ["0100007F"], where  # 127.0.0.1; TCPStore alone listens on :: (0...0, in tcp6)
+    across = open_mpi(0, size=4) if flavour == "openmpi" else hydra(0, size=4, PMI_KVSNAME="kvs_1_0")
+    store, where = _store_on({**across, "MASTER_ADDR": socket.gethostname(), "MASTER_PORT": port})
+    del store
+    assert where == ["0" * 32], where  # other hosts connect to this one's real address
 
 
 @pytest.mark.e2e

@@ -177,6 +177,32 @@ def test_functions_under_torchrun_pytest():
     assert proc.stdout.count("1 failed, 3 passed") == 2, describe(proc)
 
 
+@pytest.mark.world
+def test_a_fixture_that_calls_torch_distributed_says_where_fixtures_run():
+    proc = helpers.pytest("test_fixture_calls_dist.py")
+    assert pytest_counts(proc.stdout) == {"passed": 1, "error": 1}, describe(proc)
+    assert "Default process group has not been initialized" in proc.stdout, describe(proc)
+    assert "continuous_test: the fixture 'world_rank' of " in proc.stdout, describe(proc)
+    assert "test_fixture_calls_dist.py::test_sum ran in the pytest process (the controller), not in the ranks" \
+        in proc.stdout, describe(proc)
+    assert "Call torch.distributed in the test itself" in proc.stdout, describe(proc)
+
+
+@pytest.mark.e2e
+def test_xdist_under_torchrun_is_a_usage_error_naming_both():
+    # xdist would split the one launched world's tests among its workers: a test then waits for peers that
+    # run other tests, until its time limit.
+    launcher = ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                "--master-port", str(helpers.free_port())]
+    proc = helpers.run([helpers.sys.executable, *launcher, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
+                        "test_functions.py", "-k", "all_reduce"],
+                       env={"CONTINUOUS_TEST_TIMEOUT": "5", "CONTINUOUS_TEST_START_TIMEOUT": "5"})
+    assert proc.returncode != 0, describe(proc)
+    assert proc.stderr.count("pytest-xdist (-n 2) cannot run under torchrun") == 2, describe(proc)  # every rank
+    assert "Drop -n 2 from the pytest command under torchrun" in proc.stderr, describe(proc)
+    assert "passed" not in proc.stdout, describe(proc)
+
+
 @pytest.mark.e2e
 def test_functions_whose_fixture_values_differ_by_rank_under_torchrun_pytest():
     # Each launched rank is a pytest session of its own: its tmp_path, and a value whose

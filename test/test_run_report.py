@@ -361,7 +361,7 @@ def test_repeat_counts_reach_the_report_and_each_run_is_a_junit_property(tmp_pat
     found = json.loads(report.read_text())
     assert_valid(found)
     repeats = [t["repeat"] for t in found["tests"]]
-    assert repeats == [{"runs": 3, "passed": 3}] * 3, found["tests"]
+    assert repeats == [{"runs": 3, "passed": 3, "diagnosis": "passed every run"}] * 3, found["tests"]
     runs = sorted(p.get("value") for p in ET.parse(junit).getroot().iter("property") if p.get("name") == "repeat")
     assert runs == ["repeat-1of3", "repeat-2of3", "repeat-3of3"], runs
 

@@ -8,12 +8,14 @@ array is in test_slurm.py.
 """
 from __future__ import annotations
 
+import html
 import json
 import os
 import random
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections import Counter
 
 import helpers
@@ -306,6 +308,33 @@ def test_the_diagnosis_of_a_shared_world_that_went_fail_pass_fail(shared, fresh,
     assert counts.diagnosis() == said
 
 
+@pytest.mark.parametrize("shared, restarted_after, fresh, said", [
+    # It spoils its own state: each failed run restarts the world, so the run after it passes again.
+    ([True, False, True, False], {2, 4}, [], repeat.FOLLOWS_ORDER_LATER),
+    ([True, False, True], {2}, [True] * 3, repeat.FOLLOWS_ORDER_LATER),
+    # It fails after the tests before it: its failure restarts the world, every later run passes.
+    ([False, True, True, True], {1}, [], repeat.FOLLOWS_ORDER_FIRST),
+    # A run first in a restarted world that fails too: no place in the order explains it.
+    ([True, False, False], {2, 3}, [], "flaky"),
+])
+def test_the_diagnosis_knows_a_failed_run_restarted_the_world(shared, restarted_after, fresh, said):
+    counts = repeat.RepeatCounts("t", len(shared), dict(enumerate(shared, 1)), dict(enumerate(fresh, 1)),
+                                 restarted_after)
+    assert said in counts.diagnosis()
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("runner", ["pytest", "run_tests"])
+def test_a_test_that_spoils_its_own_state_follows_the_order_over_four_runs(runner):
+    # Fails whenever its world ran a test before: pass, fail (the world restarts), pass, fail.
+    env = {"FLAKY_SECOND_IN_WORLD": "1", "NO_FUNCTIONS": "1", "CONTINUOUS_TEST_BISECT": "off"}
+    proc = (helpers.pytest(SCENARIO, "-k", "Flaky", "--ct-repeat=4", env=env) if runner == "pytest" else
+            helpers.python(SCENARIO, "Flaky", env={**env, ENV_REPEAT: "4"}))
+    assert proc.returncode == 1, describe(proc)
+    line = f"Flaky::test_flaky: shared world 2/4 passed: {repeat.FOLLOWS_ORDER_LATER}"
+    assert line in proc.stdout + proc.stderr, describe(proc)
+
+
 # -- a fresh run's world ------------------------------------------------------------------
 
 class FreshRunClass:
@@ -543,18 +572,29 @@ def test_pytest_repeats_are_items_and_the_summary_says_the_world(tmp_path):
     assert "PASSED test_shard.py::Flaky::test_flaky[fresh-3of3]" in proc.stdout
     assert "PASSED test_shard.py::WorldA::test_a1[repeat-3of3]" in proc.stdout
     assert helpers.pytest_counts(proc.stdout) == {"passed": 11, "failed": 1, "deselected": 20}, describe(proc)
-    line = f"{NODE}Flaky::test_flaky: shared world 2/3 passed, fresh worlds 3/3 passed: {repeat.FOLLOWS_WORLD}"
+    # pass, fail, pass: its failed run restarted the world, so it fails only after a run of itself.
+    line = f"{NODE}Flaky::test_flaky: shared world 2/3 passed, fresh worlds 3/3 passed: {repeat.FOLLOWS_ORDER_LATER}"
     assert line in proc.stdout, describe(proc)
     assert f"{NODE}WorldA::test_a1: shared world 3/3 passed, fresh worlds 3/3 passed" in proc.stdout
 
 
 @pytest.mark.world
 def test_pytest_repeats_say_when_a_failure_follows_the_order(tmp_path):
+    report, page, junit = tmp_path / "run.json", tmp_path / "run.html", tmp_path / "junit.xml"
     proc = helpers.pytest(SCENARIO, "-k", "Flaky or test_g2", "--ct-repeat=3", "--ct-bisect=off",
+                          f"--ct-report={report}", f"--ct-report-html={page}", f"--junitxml={junit}",
                           env={"FLAKY_RUNS": "1", "FLAKY_DIR": str(tmp_path)})
     assert proc.returncode == 1, describe(proc)
     assert f"{NODE}Flaky::test_flaky: shared world 2/3 passed: {repeat.FOLLOWS_ORDER_FIRST}" in proc.stdout
     assert f"{NODE}test_g2[2]: shared world 3/3 passed" in proc.stdout, describe(proc)
+    # The diagnosis reaches every report, not the terminal alone.
+    flaky = [t["repeat"] for t in json.loads(report.read_text())["tests"] if "test_flaky" in t["id"]]
+    assert flaky == [{"runs": 3, "passed": 2, "diagnosis": repeat.FOLLOWS_ORDER_FIRST}] * 3, flaky
+    assert html.escape(f"repeats 2/3 passed: {repeat.FOLLOWS_ORDER_FIRST}") in page.read_text(), describe(proc)
+    said = {case.get("name"): [p.get("value") for p in case.iter("property") if p.get("name") == "repeat_diagnosis"]
+            for case in ET.parse(junit).getroot().iter("testcase")}
+    assert said["test_flaky[repeat-3of3]"] == [repeat.FOLLOWS_ORDER_FIRST], said
+    assert said["test_flaky[repeat-1of3]"] == [] and said["test_g2[2-repeat-3of3]"] == [repeat.PASSED_ALL], said
 
 
 # -- scenarios: unittest ------------------------------------------------------------------
@@ -586,14 +626,21 @@ def test_run_tests_bad_shard_is_a_usage_error():
 
 @pytest.mark.world
 def test_run_tests_repeats_are_results_with_a_summary(tmp_path):
+    report, page = tmp_path / "run.json", tmp_path / "run.html"
     proc = helpers.python(SCENARIO, "-v", "Flaky", "WorldA.test_a2",
                           env={"NO_FUNCTIONS": "1", ENV_REPEAT: "3", "FLAKY_RUNS": "1", "FLAKY_DIR": str(tmp_path),
-                               "CONTINUOUS_TEST_BISECT": "off"})
+                               "CONTINUOUS_TEST_BISECT": "off", "CONTINUOUS_TEST_REPORT": str(report),
+                               "CONTINUOUS_TEST_REPORT_HTML": str(page)})
     assert proc.returncode == 1, describe(proc)
     assert helpers.unittest_counts(proc.stderr) == {"ran": 6, "failures": 1}, describe(proc)
     assert re.search(r"test_flaky \(__main__.Flaky.test_flaky\)\nrepeat-1of3 \.\.\. (.*\n)?FAIL", proc.stderr), describe(proc)
     assert "Flaky::test_flaky: shared world 2/3 passed: " + repeat.FOLLOWS_ORDER_FIRST in proc.stderr
     assert "WorldA::test_a2: shared world 3/3 passed" in proc.stderr
+    # The diagnosis reaches the run report and its page too.
+    repeats = {t["id"]: t["repeat"] for t in json.loads(report.read_text())["tests"]}
+    assert repeats == {"__main__.Flaky.test_flaky": {"runs": 3, "passed": 2, "diagnosis": repeat.FOLLOWS_ORDER_FIRST},
+                       "__main__.WorldA.test_a2": {"runs": 3, "passed": 3, "diagnosis": repeat.PASSED_ALL}}, repeats
+    assert html.escape(f"repeats 2/3 passed: {repeat.FOLLOWS_ORDER_FIRST}") in page.read_text()
 
 
 

@@ -64,7 +64,7 @@ def world(tmp_path_factory):
 
 @pytest.mark.world
 def test_every_test_ran(world):
-    assert unittest_counts(world.stderr) == {"ran": 9, "failures": 3, "errors": 5}, describe(world)
+    assert unittest_counts(world.stderr) == {"ran": 10, "failures": 4, "errors": 5}, describe(world)
     assert re.search(r"test_h_healthy .* \.\.\. ok$", world.stderr, re.M), describe(world)
 
 
@@ -116,6 +116,13 @@ def test_point_to_point_calls_are_numbered_apart_from_collectives(world):
 
 
 @pytest.mark.world
+def test_a_rank_whose_only_communication_is_ddps_reducer_says_what_is_not_recorded(world):
+    report = section(world.stderr, "test_j_only_ddps_reducer_communicates")
+    assert ("ranks 0, 1: no calls through torch.distributed's functions in this test (DDP's reducer and other C++ "
+            "callers are not recorded)") in report, report
+
+
+@pytest.mark.world
 def test_same_failure_everywhere_without_divergence_has_no_timeline(world):
     assert HEADING not in section(world.stderr, "test_f_fails_everywhere_alike")
 
@@ -130,7 +137,7 @@ def test_rank_holding_the_gil_still_has_its_records_read(world):
 
 @pytest.mark.world
 def test_passing_tests_print_no_timeline(world):
-    assert world.stderr.count(HEADING) == 7, describe(world)
+    assert world.stderr.count(HEADING) == 8, describe(world)
 
 
 @pytest.fixture(scope="module")

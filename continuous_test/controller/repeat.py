@@ -10,7 +10,8 @@ under unittest a copy of the test whose description says ``repeat 2 of 3``.
 :class:`RepeatTally` keeps the outcome of every run, per test; the summary says for
 each test that failed at least once whether the failure follows the order (it
 fails at one place in the sequence: only the first run, after the tests before it,
-or every run after the first, which it spoiled itself), the world (only in the
+or every run after a run of itself in the same world, which it spoiled; a failed
+run restarts the world, so the run after it is the first in a new one), the world (only in the
 shared world, never in a fresh one), or neither (flaky).  The pytest plugin keeps
 its tally on the session's config (``continuous_test.pytest_plugin.repeat_tally``),
 ``run_tests()`` on its result (``ContinuousTestResult.repeat_tally``); both are
@@ -23,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Set
 
 __all__ = [
     "SHARED",
@@ -44,7 +45,8 @@ PASSED_ALL = "passed every run"
 EVERY_RUN = "failed every run: not a flake"
 FOLLOWS_WORLD = "follows the world: fails only in the shared world, never in a fresh one (state earlier tests left in it)"
 FOLLOWS_ORDER_FIRST = "follows the order: fails only on its first run, right after the tests before it"
-FOLLOWS_ORDER_LATER = "follows the order: passes on its first run, then fails on every run after it (it spoils its own state)"
+FOLLOWS_ORDER_LATER = ("follows the order: passes on its first run, then fails on every run after a run of itself in "
+                       "the same world (it spoils its own state)")
 FOLLOWS_ORDER_FRESH = "follows the order: fails only in a fresh world, passes after the tests before it (it needs their state)"
 FLAKY = "flaky: fails at no fixed place in the order, {where}"
 
@@ -82,31 +84,45 @@ class RepeatCounts:
     count: int
     shared: Dict[int, bool] = field(default_factory=dict)
     fresh: Dict[int, bool] = field(default_factory=dict)
+    # Shared runs after which the world started again (a failed run restarts it): the next run is the
+    # first in a new world, after no test at all, not after a run of itself.
+    restarted_after: Set[int] = field(default_factory=set)
 
     def diagnosis(self) -> str:
-        """Whether the failures follow the order, the world, or neither."""
-        shared = [ok for _, ok in sorted(self.shared.items())]
+        """Whether the failures follow the order, the world, or neither.
+
+        Each shared run has its place: the first, right after the tests before it;
+        one right after a run of itself in the same world (it may have spoiled its
+        own state); or the first in a world started again after a failed run, as
+        clean as a fresh world.
+        """
+        ordered = sorted(self.shared.items())
+        shared = [ok for _, ok in ordered]
         fresh = [ok for _, ok in sorted(self.fresh.items())]
         runs = shared + fresh
         if all(runs):
             return PASSED_ALL
         if not any(runs):
             return EVERY_RUN
-        if fresh and all(fresh):
-            if len(shared) > 1 and shared[0] is False and all(shared[1:]):
+        after_itself = [ok for (_, ok), (before, _) in zip(ordered[1:], ordered) if before not in self.restarted_after]
+        renewed = [ok for (_, ok), (before, _) in zip(ordered[1:], ordered) if before in self.restarted_after]
+        if not fresh or all(fresh):
+            if len(shared) > 1 and shared[0] is False and all(after_itself) and all(renewed):
                 return FOLLOWS_ORDER_FIRST
-            if len(shared) > 1 and shared[0] and not any(shared[1:]):
+            if shared and shared[0] and after_itself and not any(after_itself) and all(renewed):
                 return FOLLOWS_ORDER_LATER
+        if fresh and all(fresh):
             return FOLLOWS_WORLD
         if fresh and not any(fresh) and all(shared):
             return FOLLOWS_ORDER_FRESH
-        if not fresh and len(shared) > 1 and shared[0] is False and all(shared[1:]):
-            return FOLLOWS_ORDER_FIRST
-        if not fresh and len(shared) > 1 and shared[0] and not any(shared[1:]):
-            return FOLLOWS_ORDER_LATER
         where = "in fresh worlds too" if fresh and not all(fresh) else (
             "in the shared world (add --ct-repeat-fresh to tell the world apart)" if not fresh else "in the shared world")
         return FLAKY.format(where=where)
+
+    def as_report(self) -> dict:
+        """The run report's ``repeat`` of each of this test's runs: ``runs``, ``passed`` and ``diagnosis``."""
+        runs = [*self.shared.values(), *self.fresh.values()]
+        return {"runs": len(runs), "passed": sum(1 for ok in runs if ok), "diagnosis": self.diagnosis()}
 
     def line(self) -> str:
         """``<test>: shared world 2/3 passed, fresh worlds 3/3 passed: <diagnosis>``."""
@@ -129,6 +145,11 @@ class RepeatTally:
             return
         outcomes = counts.shared if run.mode == SHARED else counts.fresh
         outcomes[run.number] = outcomes.get(run.number, True) and passed
+
+    def restarted(self, run: RepeatRun) -> None:
+        """The world started again after shared run ``run`` (it failed): the next run is in a new world."""
+        if run.mode == SHARED:
+            self.tests.setdefault(run.test, RepeatCounts(run.test, run.count)).restarted_after.add(run.number)
 
     def summary(self) -> List[str]:
         """The summary lines, head first; empty when nothing was repeated."""

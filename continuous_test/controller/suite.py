@@ -24,7 +24,7 @@ import os
 import sys
 import unittest
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Set, Tuple
 
 from continuous_test import config, sizes
 from continuous_test.controller import repeat, shard
@@ -67,6 +67,8 @@ class Prepared:
     suite: unittest.TestSuite
     line: Optional[str] = None
     runs: List[Tuple[unittest.TestCase, repeat.RepeatRun]] = field(default_factory=list)
+    # id() of each run after which its world started again (the run failed and restarted it).
+    restarted: Set[int] = field(default_factory=set)
 
     def tally(self, result: unittest.TestResult) -> repeat.RepeatTally:
         """The outcome of every repeated run in ``result``."""
@@ -76,6 +78,8 @@ class Prepared:
         tally = repeat.RepeatTally()
         for case, run in self.runs:
             tally.record(run, None if id(case) in skipped else id(case) not in failed)
+            if id(case) in self.restarted:
+                tally.restarted(run)
         return tally
 
 
@@ -133,5 +137,18 @@ def _run_of(prepared: Prepared, case: unittest.TestCase, mode: str, number: int,
     run = copy.copy(case)
     tag = repeat.run_tag(mode, number, count)
     run.shortDescription = lambda: tag  # type: ignore[method-assign]  # on this copy only: unittest's seam
+    original = run.run
+
+    def run_and_note_the_restart(result=None):  # unittest's seam, on this copy only, as above
+        try:
+            return original(result)
+        finally:
+            from continuous_test.controller import run_log
+
+            record = run_log.log().tests.get(run.id())
+            if record is not None and record.restarts_world:
+                prepared.restarted.add(id(run))
+
+    run.run = run_and_note_the_restart  # type: ignore[method-assign]
     prepared.runs.append((run, repeat.RepeatRun(case_id(case), mode, number, count)))
     return run

@@ -12,6 +12,7 @@ At exit, the ranks other than 0 wait until rank 0 has printed the report
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import sys
 import time
@@ -126,8 +127,10 @@ def _launcher_store(launch: Launch, timeout: float):
     assert launch.master_addr is not None and launch.master_port is not None, "a launch without MASTER_ADDR/PORT"
     _check_resolves(launch)
     try:
+        listen_fd = _listen_socket(launch) if host else None
         store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size if host else None, host,
-                              timedelta(seconds=timeout), wait_for_workers=False, multi_tenant=True)
+                              timedelta(seconds=timeout), wait_for_workers=False, multi_tenant=True,
+                              master_listen_fd=listen_fd)
     except Exception as exc:
         if host and _address_in_use(exc):
             raise RendezvousError(PORT_IN_USE.format(where=where)) from exc
@@ -160,7 +163,45 @@ def _check_resolves(launch: Launch) -> None:
                                                   error=exc.strerror or exc)) from exc
 
 
+def listen_address(launch: Launch) -> Optional[str]:
+    """Where rank 0's store listens: None (every interface) only when ranks run on other hosts.
+
+    A world on this one host (the local size equals the world size) listens on the
+    address its ranks connect to, ``MASTER_ADDR`` as this host resolves it (under
+    mpiexec, loopback), never on every interface: TCPStore's own server would listen
+    on ``::``, open to the network, and every process rank 0 forks inherits it.
+    """
+    import socket
+
+    if launch.local_world_size != launch.world_size:
+        return None
+    infos = socket.getaddrinfo(launch.master_addr, launch.master_port, type=socket.SOCK_STREAM)
+    ipv4 = [info for info in infos if info[0] == socket.AF_INET]
+    return str((ipv4 or infos)[0][4][0])
+
+
+def _listen_socket(launch: Launch) -> Optional[int]:
+    """A listening socket on :func:`listen_address` for TCPStore to serve (it takes the fd); None: TCPStore's own."""
+    import socket
+
+    addr = listen_address(launch)
+    if addr is None:
+        return None
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)  # not inheritable across exec, as Python makes every socket
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, launch.master_port))
+        sock.listen(socket.SOMAXCONN)
+    except BaseException:
+        sock.close()
+        raise
+    return sock.detach()
+
+
 def _address_in_use(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return True
     text = str(exc)
     return "EADDRINUSE" in text or "address already in use" in text.lower()
 

@@ -40,7 +40,9 @@ DIVERGENCE = "first divergence at #{seq}{group}"
 MISMATCH = "first divergence at #{seq}{group}: {op} with different shapes or dtypes"
 NO_CALL = "no call #{seq}"
 P2P_UNMATCHED = "point-to-point: rank {src} sent {sent} to rank {dst}, which received {received} from it"
-NO_CALLS = "no collective calls in this test"
+# The recorder sees calls through torch.distributed's Python functions only (docs/timeline.rst).
+NO_CALLS = ("no calls through torch.distributed's functions in this test "
+            "(DDP's reducer and other C++ callers are not recorded)")
 NO_RECORDS = "no records (recording off, or the rank never started this test)"
 DROPPED = "({n} earlier calls of this test not kept)"
 

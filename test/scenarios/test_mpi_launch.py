@@ -7,6 +7,8 @@
   test must pass on a rebuilt group.  Rank 0 then takes its time in
   ``tearDownClass``: rank 1, done and about to exit non-zero, must wait for rank 0's
   report (Open MPI's mpiexec ends the job when a rank exits non-zero).
+* ``LoopbackStore`` (mpiexec only: torchrun's agent hosts its own store): on one
+  host, rank 0's rendezvous store listens on loopback only, never on every interface.
 """
 import os
 import time
@@ -64,6 +66,26 @@ class Rank1Fails(MultiProcContinuousTest):
         if os.environ["RANK"] == "0":
             time.sleep(2)
         super().tearDownClass()
+
+
+def listening(port):
+    """The local addresses of the sockets that listen on ``port``, as /proc/net/tcp{,6} write them (hex)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                    found.append(local.rsplit(":", 1)[0])
+    return found
+
+
+class LoopbackStore(MultiProcContinuousTest):
+    world_size = 2
+
+    def test_store_listens_on_loopback_only(self):
+        if self.rank == 0:
+            self.assertEqual(listening(int(os.environ["MASTER_PORT"])), ["0100007F"])  # 127.0.0.1, not ::
 
 
 if __name__ == "__main__":

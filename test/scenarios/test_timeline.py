@@ -64,6 +64,12 @@ class DivergeTest(MultiProcContinuousTest):
     def test_h_healthy(self):
         dist.all_reduce(torch.ones(8))
 
+    def test_j_only_ddps_reducer_communicates(self):
+        # DDP's reducer (and its constructor's broadcast) call the process group from C++: nothing is recorded.
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+        model(torch.ones(3, 4)).sum().backward()
+        self.assertEqual(self.rank, 0)
+
     def test_i_point_to_point_after_a_collective(self):
         # Point-to-point calls have numbers of their own: send #1 and recv #1 after all_reduce #1.
         t = torch.ones(4)
