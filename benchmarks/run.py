@@ -118,6 +118,7 @@ def _summary(record: RunRecord) -> str:
     parts = ["did not finish within %g s" % record.cap_s if record.timed_out else f"wall {record.wall_s:.2f} s"]
     for name, unit, scale in (("first_test_s", "s", 1), ("per_test_s", "ms", 1000), ("world_s", "s", 1),
                               ("collective_per_body_s", "ms", 1000), ("fresh_per_body_s", "ms", 1000),
+                              ("fresh_median_s", "ms", 1000), ("negative_test_s", "ms", 1000),
                               ("next_start_s", "s", 1), ("next_result_s", "s", 1)):
         if name in metrics:
             parts.append(f"{name} {metrics[name] * scale:.3g} {unit}")

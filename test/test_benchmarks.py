@@ -26,7 +26,8 @@ EXPECTED_ROWS = {
     ],
     "world_start": ["launch floor: import torch and the test module", "2 ranks: first test",
                     "2 ranks: launch to first result"],
-    "negative": ["2 ranks: per test", "2 ranks: per test beyond floor"],
+    "negative": ["2 ranks, fork template: per test (median)", "2 ranks, forkserver template: per test (median)",
+                 "2 ranks: per test", "2 ranks: per test beyond floor"],
     "dispatch": ["2 ranks: per test", "2 ranks: per test beyond floor"],
     "faults": [f"{kind}: fault to next test's {what}" for kind in ("assert", "exit", "hang")
                for what in ("body", "result")],

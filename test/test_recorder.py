@@ -260,5 +260,21 @@ def test_code_that_inspects_torch_distributed_does_not_see_the_recorder(runner):
     assert "c10d_logger.py" not in stacks and "in _call" not in stacks, stacks
 
 
+@pytest.mark.parametrize("method", [pytest.param("fork", marks=pytest.mark.world),
+                                    # a fresh-interpreter template runs in a real process, as in test_template.py
+                                    pytest.param("forkserver", marks=pytest.mark.e2e)])
+def test_a_fresh_worlds_ranks_inherit_the_instrumented_functions(method):
+    # Compiling torch's bodies again costs tens of milliseconds per rank: the
+    # template does it once, before forking, under either start method.
+    import re
+
+    import helpers
+
+    result = helpers.python("test_recorder_inherited.py", "-v", env={"CONTINUOUS_TEST_START_METHOD": method},
+                            real=method == "forkserver")
+    passed = re.findall(r"^(test_\w+) .* \.\.\. ok$", result.stderr, re.M)
+    assert passed == ["test_first_world", "test_second_world"], helpers.describe(result)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -17,8 +17,13 @@ unless noted):
 * faults: ``next_start_s`` runs from the ``fault`` stamp of the faulty rank to rank
   0 starting the next test's body; ``next_result_s`` to the controller recording
   the next test's outcome.
+* ``negative_test_s`` (negative runs: a ``MultiProcessTestCase`` suite whose every
+  test is stamped): the median over its tests but the first (which may start the
+  template) of each test's start of ``run()`` to its end in the controller: what one
+  user's fresh-world test costs.
 * floors (scenarios/floor.py, in one test of a running world): ``collective_per_body_s``
-  and ``fresh_per_body_s``, the loops' time per body; ``world_s``, joining a world
+  and ``fresh_per_body_s``, the loops' time per body; ``fresh_median_s``, the median
+  fresh body but the first; ``world_s``, joining a world
   (init_process_group and one all_reduce) in ranks already up.  ``import`` floors:
   ``imported_s``, from launching ``python -c "import torch; import <test module>"``
   to the end of its imports (its exit is not part of what a test waits for).
@@ -64,6 +69,8 @@ def run_metrics(record: RunRecord) -> Dict[str, Any]:
         return {}
     if record.scenario == "suite":
         return _suite_metrics(record)
+    if record.scenario == "negative":
+        return _negative_metrics(record)
     if record.scenario == "floor":
         return _floor_metrics(record)
     if record.scenario == "fault":
@@ -104,6 +111,22 @@ def _suite_metrics(record: RunRecord) -> Dict[str, Any]:
     return metrics
 
 
+def _negative_metrics(record: RunRecord) -> Dict[str, Any]:
+    n = int(record.params["n"])
+    events = _controller_events(record)
+    tests = []
+    for name in [f"test_{i:04d}" for i in range(1, n)]:
+        start, end = events.get(("test_start", name)), events.get(("test_end", name))
+        if start is None or end is None or end.get("status") != "pass":
+            record.error = f"{name} left no stamps or did not pass"
+            return {}
+        tests.append(end["t"] - start["t"])
+    if not tests:
+        record.error = "a negative run needs at least 2 tests"
+        return {}
+    return {"wall_s": record.wall_s, "negative_test_s": statistics.median(tests)}
+
+
 def _memory_metrics(record: RunRecord, controller_pid: int) -> Dict[str, Any]:
     tree = [s for s in record.stamps if s["event"] == "tree_memory"]
     ranks = {s["pid"]: s for s in record.stamps if s["event"] == "rank_memory"}
@@ -136,6 +159,8 @@ def _floor_metrics(record: RunRecord) -> Dict[str, Any]:
     }
     if fresh["n"] > 1:  # one fresh body is only the join (world_s)
         metrics["fresh_per_body_s"] = fresh["seconds"] / fresh["n"]
+    if fresh.get("bodies"):
+        metrics["fresh_median_s"] = statistics.median(fresh["bodies"])
     return metrics
 
 

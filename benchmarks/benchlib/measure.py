@@ -36,7 +36,7 @@ _DROPPED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR
 class Job:
     """One measurement: a scenario file, its settings, and how long it may run."""
 
-    scenario: str  # "suite", "fault" or "floor"
+    scenario: str  # "suite", "negative", "fault", "floor" or "import"
     system: str
     params: Dict[str, Any]
     script: str

@@ -20,6 +20,7 @@ __all__ = [
     "FLOOR",
     "LABELS",
     "FAULT_KINDS",
+    "NEGATIVE_METHODS",
     "IMPORT_MODULES",
     "Plan",
     "groups",
@@ -48,6 +49,10 @@ _SCRIPTS = {
     FLOOR: "floor.py",
 }
 FAULT_KINDS = ("assert", "exit", "hang")
+# The start methods (CONTINUOUS_TEST_START_METHOD) a fresh world's cost is measured
+# under.  Not spawn: there every rank is a new interpreter that imports torch, no
+# fork of a template at all.
+NEGATIVE_METHODS = ("fork", "forkserver")
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,8 @@ class Plan:
     ours_fault_cap_s: float = 120.0
     floor_n: int = 240  # suite bodies in the floor's loop
     floor_fresh_n: int = 24  # fresh-world bodies in the floor's loop
+    negative_n: int = 40  # tests of a negative run: each stamped, their median is the figure
+    negative_methods: Tuple[str, ...] = NEGATIVE_METHODS
     smoke: bool = False
 
     @classmethod
@@ -91,7 +98,7 @@ class Plan:
         """
         return cls(repeat=1, suite_sizes=(2,), suite_world_sizes=(2,), torch_fresh_sizes=(2,),
                    start_world_sizes=(2,), dispatch_world_sizes=(2,), torch_fault_kinds=(), grace_s=1.0,
-                   hang_limit_s=2.0, torch_fault_cap_s=60.0, floor_n=2, floor_fresh_n=2, smoke=True)
+                   hang_limit_s=2.0, torch_fault_cap_s=60.0, floor_n=2, floor_fresh_n=3, negative_n=3, smoke=True)
 
     @property
     def grace(self) -> float:
@@ -158,6 +165,15 @@ def _judged(system: str, ws: int, n: int, plan: Plan) -> bool:
 LAUNCH_TARGET_WORLD_SIZES = (2, 4)
 
 
+def _negative_job(method: str, plan: Plan) -> Job:
+    """What one user's negative test costs: a MultiProcessTestCase suite, every test stamped, under ``method``."""
+    ws = min(plan.suite_world_sizes)
+    env = {"BENCH_KIND": "negative", "BENCH_N": str(plan.negative_n), "BENCH_WORLD_SIZE": str(ws),
+           "CONTINUOUS_TEST_START_METHOD": method}
+    return Job("negative", OURS_FRESH, {"ws": ws, "n": plan.negative_n, "method": method},
+               str(SCENARIOS / _SCRIPTS[OURS_FRESH]), env, 120.0 + 2.0 * plan.negative_n)
+
+
 def _floor_job(ws: int, plan: Plan) -> Job:
     fresh = plan.floor_fresh_n if ws in plan.suite_world_sizes else 1  # 1: only the join
     env = {"BENCH_N": str(plan.floor_n), "BENCH_N_FRESH": str(fresh), "BENCH_WORLD_SIZE": str(ws)}
@@ -206,7 +222,9 @@ def groups(plan: Plan) -> List[List[Job]]:
     for ws in plan.world_sizes:
         if ws not in plan.suite_world_sizes:
             result.append([_suite_job(s, ws, plan.dispatch_n, plan) for s in (OURS_CONT, TORCH_CONT)])
-    result.append([_floor_job(ws, plan) for ws in plan.world_sizes])
+    # The negative runs beside the floors they are judged against, alternating with them.
+    result.append([_floor_job(ws, plan) for ws in plan.world_sizes]
+                  + [_negative_job(method, plan) for method in plan.negative_methods])
     for kind in plan.fault_kinds:
         systems = [OURS_CONT] + ([TORCH_CONT] if kind in plan.torch_fault_kinds else [])
         result.append([_fault_job(s, kind, plan) for s in systems])

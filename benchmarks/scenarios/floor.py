@@ -12,7 +12,7 @@ the only thing it leaves out is what a test runner adds per test.  Timed between
   interpreter and torch are already up (every rank stamps it; the runner takes the
   minimum, as the last rank to arrive waits least);
 * ``floor_fresh``: ``BENCH_N_FRESH`` fresh-world bodies (init, all_reduce, destroy),
-  the first one included.
+  the first one included, and each later body's own time (``bodies``).
 
 Rank 0 stamps the loops.  Rendezvous files live in the world's own directory,
 which the library removes with the world: the floor leaves nothing behind.
@@ -66,10 +66,13 @@ class Floor(MultiProcContinuousTest):
         common.body()
         common.stamp("floor_world", rank=self.rank, seconds=time.monotonic() - t0)
         dist.destroy_process_group()
+        bodies = []
         for i in range(1, n_fresh):
+            t1 = time.monotonic()
             common.fresh_body(lambda i=i: init(i))
+            bodies.append(time.monotonic() - t1)
         if self.rank == 0:
-            common.stamp("floor_fresh", seconds=time.monotonic() - t0, n=n_fresh)
+            common.stamp("floor_fresh", seconds=time.monotonic() - t0, n=n_fresh, bodies=bodies)
 
 
 if __name__ == "__main__":

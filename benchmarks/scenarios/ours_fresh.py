@@ -1,7 +1,9 @@
 """Scenario on ``continuous_test.MultiProcessTestCase``: fresh ranks for every test.
 
 Each test creates the process group on its own rendezvous, runs the body and
-destroys the group.  Settings come from ``BENCH_*`` environment variables.
+destroys the group.  Settings come from ``BENCH_*`` environment variables; with
+``BENCH_KIND=negative`` the controller stamps every test, not only the first and
+last (what one user's negative test costs, test by test).
 """
 import scenario_common as common
 from scenario_common import SETTINGS
@@ -11,6 +13,7 @@ from continuous_test import MultiProcessTestCase, run_tests
 
 class Bench(common.StampedRun, MultiProcessTestCase):
     world_size = SETTINGS.world_size
+    STAMP_ALL = SETTINGS.kind == "negative"  # each test's own cost: its median is the figure
 
 
 def _fresh_test(name):

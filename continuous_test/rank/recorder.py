@@ -16,8 +16,10 @@ point-to-point functions record, call the original and return its result (or
 let its exception through) untouched.  The functions stay the same objects
 (only their code is swapped), so identity checks, ``pickle``, signatures and
 dynamo see torch's functions.  It runs in ranks only: in the template process
-ranks are forked from, in a rank at start, and in a launched rank at its first
-test.  Until :func:`open_ring` runs, and in a test where recording is off, a
+ranks are forked from (forked from the controller or a fresh interpreter, before
+it forks any rank: compiling torch's bodies costs tens of milliseconds of CPU,
+which every rank of every fresh world would pay again), in a rank at start where
+the template could not, and in a launched rank at its first test.  Until :func:`open_ring` runs, and in a test where recording is off, a
 call only goes on to the original.
 
 Recording is off with ``CONTINUOUS_TEST_RECORD=0``, for a class whose
@@ -56,6 +58,7 @@ __all__ = [
     "HOOK",
     "patch",
     "instrument",
+    "instrumented_here",
     "open_ring",
     "begin_test",
     "snapshot",
@@ -127,6 +130,9 @@ _originals: Dict[str, Callable] = {}
 # Instrumented function -> its original code (to put back); hook index -> (copy of the original, how to read it).
 _by_function: Dict[Callable, types.CodeType] = {}
 _hooks: List[Tuple[Callable, "_Op"]] = []
+# How many functions each process instrumented itself (pid -> count): a rank forked
+# from a template that instrumented torch before forking it instruments none.
+_instrumented_by: Dict[int, int] = {}
 # torch.compiler.is_compiling, once torch is loaded.
 _compiling: Callable[[], bool] = bool
 # Per (class, method name): whether recording is on for that test.
@@ -201,7 +207,19 @@ def instrument(target: Callable, make_op: Callable[[Callable], "_Op"]) -> Option
     target.__globals__[HOOK] = _call
     _by_function[target] = target.__code__
     target.__code__ = code
+    pid = os.getpid()
+    _instrumented_by[pid] = _instrumented_by.get(pid, 0) + 1
     return copy
+
+
+def instrumented_here() -> int:
+    """How many functions this process instrumented itself (each body compiled again), not inherited from its parent.
+
+    Zero in a rank whose template instrumented torch before forking it: both
+    templates do (``template/preload_recorder.py``), so a fresh world's ranks
+    start with torch's functions recording.
+    """
+    return _instrumented_by.get(os.getpid(), 0)
 
 
 def _innermost(fn: Any) -> Any:

@@ -343,6 +343,9 @@ def _serve(listener: socket.socket, alive_r: int, status_w: int, closing: tuple)
         if ok:
             from multiprocessing import forkserver
 
+            from continuous_test.template import preload_recorder
+
+            preload_recorder.instrument()  # once here, not in every rank (the status is sent: the controller goes on)
             # Raises SystemExit once the controller and every rank closed the alive pipe.
             forkserver.main(listener.detach(), alive_r, [])
     except SystemExit:
