@@ -30,6 +30,7 @@ import faulthandler
 import io
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,7 @@ import tempfile
 import traceback
 import types
 import warnings
+from multiprocessing import process as mp_process, util as mp_util
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -179,6 +181,10 @@ def _scoped(env: Dict[str, str], argv: List[str], own: List[str], paths: List[st
     saved_modules = dict(sys.modules)
     saved_handlers = {s: signal.getsignal(s) for s in _SIGNALS}
     saved_where, saved_log, saved_tempdir = progress._where, run_log.log(), tempfile.tempdir
+    # multiprocessing's temp dir (the template's and the worlds' private directory): the run makes its own
+    # under its TMPDIR, removed after it, as a real process's is at its exit.
+    mp_config = getattr(mp_process.current_process(), "_config")
+    saved_mp_tempdir = mp_config.pop("tempdir", None)
     # A module of this suite that a scenario shares a name with (test_leaks.py in both):
     # set aside, so that the scenario's import finds its own file.
     for name in _shadowed():
@@ -204,6 +210,9 @@ def _scoped(env: Dict[str, str], argv: List[str], own: List[str], paths: List[st
         for s, handler in saved_handlers.items():
             if handler is not None:
                 signal.signal(s, handler)
+        _remove_mp_tempdir(mp_config.pop("tempdir", None))
+        if saved_mp_tempdir is not None:
+            mp_config["tempdir"] = saved_mp_tempdir
         progress._where = saved_where
         tempfile.tempdir = saved_tempdir
         run_log._log = saved_log  # type: ignore[attr-defined]
@@ -212,6 +221,16 @@ def _scoped(env: Dict[str, str], argv: List[str], own: List[str], paths: List[st
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
+
+
+def _remove_mp_tempdir(path: Optional[str]) -> None:
+    """Remove the run's multiprocessing temp dir, through multiprocessing's own finalizer where it made one."""
+    if path is None:
+        return
+    for finalizer in list(getattr(mp_util, "_finalizer_registry").values()):
+        if path in (getattr(finalizer, "_args", None) or ()):
+            finalizer()
+    shutil.rmtree(path, ignore_errors=True)  # made by the template's short-path fallback instead
 
 
 def _fresh_warnings() -> None:

@@ -62,7 +62,7 @@ def test_the_shard_comes_from_the_variable_and_from_a_slurm_job_array_only_when_
         shard.shard_from_env({**array, "SLURM_ARRAY_TASK_ID": "10", ENV_SHARD: "slurm"})  # 6/4
 
 
-@pytest.mark.world
+@pytest.mark.e2e
 @pytest.mark.parametrize("runner", ["python", "pytest"])
 def test_inside_a_slurm_array_task_a_file_runs_whole_unless_asked_to_shard(runner, tmp_path):
     # One test file per array task: every test of it runs.  CONTINUOUS_TEST_SHARD=slurm (or

@@ -201,10 +201,11 @@ def get_context(wait: bool = True) -> BaseContext:
     global _context, _context_method
     method = start_method()
     process_settings()  # as the template gets them: now, before any test ran
+    if method != "spawn":
+        _short_temp_dir()  # while multiprocessing has no temp dir yet (it keeps the first it makes)
     if _context is None or _context_method != method:
         ctx = multiprocessing.get_context("spawn" if method == "spawn" else "forkserver")
         if method != "spawn":
-            _short_temp_dir()
             from multiprocessing import util
 
             # Before the template exists: it reads this when the controller dies.
@@ -428,14 +429,18 @@ def stop() -> None:
     global _forked
     from multiprocessing import forkserver
 
+    server: Any = forkserver._forkserver
     if _forked is not None:
         _confirm_forked()
-        if _forked.ok:
+        # Unless it died and multiprocessing started a fresh interpreter in its place (then that one is stopped below).
+        if _forked.ok and _forked.pid == getattr(server, "_forkserver_pid", None):
             _abandon_forked()
         _forked = None
-    server: Any = forkserver._forkserver
     if getattr(server, "_forkserver_pid", None) is not None:
-        server._stop()  # the fresh interpreter: closing its alive pipe ends it (multiprocessing's own stop)
+        try:
+            server._stop()  # the fresh interpreter: closing its alive pipe ends it (multiprocessing's own stop)
+        except OSError:  # reaped already, or its socket went with its directory: nothing left to end
+            server._forkserver_alive_fd = server._forkserver_pid = server._forkserver_address = None
     if _context is not None:
         _context.set_forkserver_preload(preload_modules())  # _abandon_forked chose the fallback's preload
 
