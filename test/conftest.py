@@ -7,9 +7,12 @@ torchrun, mpiexec or srun processes).  A test that does more than its mark says
 fails, naming the mark it needs (``CT_TIER_ENFORCE=0`` turns that off); ``tox -e
 quick`` runs ``-m "not e2e"``.
 """
+import ast
+import functools
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -50,17 +53,52 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         yield
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the marks under --dist loadgroup
-def pytest_collection_modifyitems(items: list) -> None:
-    """The suite's distribution (``-n 2 --dist loadgroup``): the tests of a file that share one of its module-scoped
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """The suite's distribution, ``-n 2 --dist loadgroup``: the tests of a file that share one of its module-scoped
     fixtures (a scenario run made once and read by each) go to one worker together; every other test goes to
-    whichever worker is free, so that no file is pinned to one worker for its whole time."""
-    if os.environ.get(tiers.ENV_SCENARIO_RUN):
-        return
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        info = getattr(item, "_fixtureinfo", None)
-        defs = [d for ds in (info.name2fixturedefs.values() if info else ()) for d in ds]
-        if any(d.scope in ("module", "package") and d.baseid == path for d in defs):
-            item.add_marker(pytest.mark.xdist_group(path))
+    whichever worker is free, so that no file is pinned to one worker for its whole time.
 
+    The groups come from the test files' source (:func:`_shared_group`), not from ``xdist_group`` marks:
+    xdist 3.8 renames a marked test's node id to group it, which pytest 9.2's node ids no longer take."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRunScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _shared_group(nodeid) or nodeid
+
+    return SharedRunScheduling(config, log)
+
+
+def _shared_group(nodeid: str) -> Optional[str]:
+    """The file of a test that takes one of its file's module-scoped fixtures (or a fixture that does), else None."""
+    path, _, rest = nodeid.partition("::")
+    name = rest.split("::")[-1].split("[")[0]
+    return path if name in _sharing_tests(path) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _sharing_tests(path: str) -> frozenset:
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError):
+        return frozenset()
+    functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+
+    def module_scoped(node: ast.FunctionDef) -> bool:
+        return any(isinstance(d, ast.Call) and any(k.arg == "scope" and isinstance(k.value, ast.Constant) and
+                                                   k.value.value in ("module", "package") for k in d.keywords)
+                   for d in node.decorator_list)
+
+    shared = {node.name for node in functions if module_scoped(node)}
+    fixtures = {node.name: node for node in functions if any("fixture" in ast.unparse(d) for d in node.decorator_list)}
+    grew = True
+    while grew:  # fixtures that take a shared one share it too
+        grew = False
+        for fname, node in fixtures.items():
+            if fname not in shared and shared & {a.arg for a in node.args.args}:
+                shared.add(fname)
+                grew = True
+    return frozenset(node.name for node in functions if node.name.startswith("test")
+                     and shared & {a.arg for a in node.args.args})

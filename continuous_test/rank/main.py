@@ -201,6 +201,10 @@ def rank_main(spec: RankSpec, conn, control) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     forget_inherited_cleanup()
     _adopt(spec)
+    if not os.path.isdir(os.path.dirname(spec.log_file)):
+        # The controller gave up on this world (a runner's timeout while it started) before the
+        # template forked this rank, and removed its directory: nothing to run, nothing to say.
+        os._exit(0)
     _redirect_output(spec.log_file)
     _release_runner_capture()
     if faulthandler.is_enabled():
