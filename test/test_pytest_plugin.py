@@ -198,7 +198,8 @@ def test_xdist_under_torchrun_is_a_usage_error_naming_both():
                         "test_functions.py", "-k", "all_reduce"],
                        env={"CONTINUOUS_TEST_TIMEOUT": "5", "CONTINUOUS_TEST_START_TIMEOUT": "5"})
     assert proc.returncode != 0, describe(proc)
-    assert proc.stderr.count("pytest-xdist (-n 2) cannot run under torchrun") == 2, describe(proc)  # every rank
+    # The first rank to refuse ends the launch: torchrun stops the other before it may have said so too.
+    assert "pytest-xdist (-n 2) cannot run under torchrun" in proc.stderr, describe(proc)
     assert "Drop -n 2 from the pytest command under torchrun" in proc.stderr, describe(proc)
     assert "passed" not in proc.stdout, describe(proc)
 
