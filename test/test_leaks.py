@@ -236,12 +236,20 @@ def test_a_changed_or_removed_variable_is_put_back(monkeypatch):
     assert os.environ.get("CT_LEAK_CHANGED") == "before" and os.environ.get("CT_LEAK_REMOVED") == "there"
 
 
+def _flip_cudnn_benchmark() -> None:
+    # As a test changes it; with torch's testing internals imported (they freeze the flags), through flags().
+    from continuous_test.rank import leaks as rank_leaks
+
+    flags = rank_leaks._cudnn()
+    rank_leaks._set_cudnn((flags[0], not flags[1], *flags[2:]))
+
+
 @pytest.mark.parametrize("change, item", [
     (lambda: torch.set_grad_enabled(False), "grad mode"),
     (lambda: torch.set_num_threads(max(1, torch.get_num_threads() + 1)), "torch intra-op threads"),
     (lambda: torch.use_deterministic_algorithms(True), "deterministic algorithms (enabled, warn_only)"),
     (lambda: torch.set_float32_matmul_precision("medium"), "float32 matmul precision"),
-    pytest.param(lambda: setattr(torch.backends.cudnn, "benchmark", not torch.backends.cudnn.benchmark),
+    pytest.param(lambda: _flip_cudnn_benchmark(),
                  "cudnn flags (enabled, benchmark, deterministic, allow_tf32)",
                  marks=pytest.mark.skipif(not torch.backends.cudnn.is_available(), reason="watched where cudnn is")),
     (lambda: torch.set_default_device("meta"), "torch default device"),
@@ -277,6 +285,19 @@ def test_each_item_is_seen_and_put_back(change, item):
     found = {leak.item: leak for leak in report.leaks}
     assert item in found and found[item].restored
     assert sys.stdout is stdout
+
+
+@pytest.mark.skipif(not torch.backends.cudnn.is_available(), reason="watched where cudnn is (a CUDA build)")
+def test_cudnn_flags_are_put_back_where_torchs_testing_internals_froze_them():
+    # torch's common_utils calls disable_global_flags() at import: a plain setattr then raises.
+    import torch.testing._internal.common_utils  # noqa: F401
+
+    assert torch.backends.flags_frozen()
+    before = torch.backends.cudnn.benchmark
+    report = _check(_flip_cudnn_benchmark)
+    found = {leak.item: leak for leak in report.leaks}
+    assert found["cudnn flags (enabled, benchmark, deterministic, allow_tf32)"].restored
+    assert torch.backends.cudnn.benchmark == before and torch.backends.flags_frozen()
 
 
 def test_a_live_thread_cannot_be_put_back():

@@ -118,8 +118,16 @@ def _cudnn() -> Tuple[bool, ...]:
 
 
 def _set_cudnn(value: Tuple[bool, ...]) -> None:
-    for name, flag in zip(_CUDNN, value):
-        setattr(torch.backends.cudnn, name, flag)
+    """Put the cudnn flags back, also where torch's testing internals froze them (``disable_global_flags()``,
+    which ``common_utils`` calls at import): through the unfreezing that torch's own ``flags()`` uses."""
+    import contextlib
+
+    frozen = torch.backends.flags_frozen()
+    # The context manager lives in torch.backends' own globals (the module object may be a proxy of them).
+    allow = torch.backends.flags_frozen.__globals__.get("__allow_nonbracketed_mutation") if frozen else None
+    with allow() if allow is not None else contextlib.nullcontext():
+        for name, flag in zip(_CUDNN, value):
+            setattr(torch.backends.cudnn, name, flag)
 
 
 def _proc_read(path: str) -> Optional[bytes]:
