@@ -53,6 +53,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         yield
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a session without xdist has none
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """The suite's distribution, ``-n 2 --dist loadgroup``: the tests of a file that share one of its module-scoped
     fixtures (a scenario run made once and read by each) go to one worker together; every other test goes to
