@@ -362,3 +362,27 @@ def test_what_a_tests_outcome_makes_of_its_world(case, policy, rank_0, status, n
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def test_a_rank_forked_after_its_world_was_given_up_exits_quietly(tmp_path):
+    # The controller gave up on a world (a runner's timeout while it started) and removed its
+    # directory before the template forked this rank: the rank ends at once, exit code 0, and
+    # writes nothing to the terminal it inherited (it had printed a FileNotFoundError there).
+    from continuous_test.rank.main import rank_main
+    from continuous_test.wire.messages import RankSpec
+
+    gone = tmp_path / "world-gone"
+    spec = RankSpec(0, 2, "m", "C", None, str(gone), str(gone / "rdzv"), str(gone / "rank0.log"),
+                    parent_pid=os.getpid(), controller_pid=os.getpid())
+    out = tmp_path / "terminal"
+    pid = os.fork()
+    if pid == 0:  # the rank, its stdout and stderr on a file
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        try:
+            rank_main(spec, None, None)
+        finally:
+            os._exit(70)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and out.read_text() == "", out.read_text()
