@@ -488,7 +488,7 @@ def died(wait: float = 0.0) -> bool:
     """
     import time
 
-    pid = _forkserver_pid() if _context_method in ("fork", "forkserver") else None
+    pid = template_pid()
     if pid is None:
         return False
     deadline = time.monotonic() + wait
