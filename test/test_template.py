@@ -230,8 +230,10 @@ def test_a_template_started_during_an_in_process_run_ends_with_it(monkeypatch):
         assert unittest_counts(proc.stderr) == {"ran": 1}, helpers.describe(proc)
         assert server.template_pid() is None
     pids = list(dict.fromkeys(seen))
-    # A thread an earlier test of this worker left makes forking unsafe: then both are fresh interpreters.
-    assert [kind for _, kind in pids] == ["fork" if server.fork_hazard() is None else "forkserver", "forkserver"], seen
+    # One template per run.  The first run's is forked, unless forking was unsafe at its start (a
+    # thread an earlier test of this worker left) or its probe timed out on a loaded machine: then it
+    # too is a fresh interpreter.  The second run's probe always fails.
+    assert len(pids) == 2 and pids[0][1] in ("fork", "forkserver") and pids[1][1] == "forkserver", seen
     for pid, _ in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
