@@ -1,0 +1,81 @@
+"""Where the suite's time goes: wall time and CPU time (its own and its children's) per test.
+
+As a pytest plugin it appends one JSON line per test to ``$CT_SUITE_PROFILE_DIR/<worker>.jsonl``::
+
+    CT_SUITE_PROFILE_DIR=/tmp/prof PYTHONPATH=benchmarks python -m pytest -p suite_profile -n 2 --dist loadgroup test
+
+As a script it sums those lines by test file, heaviest first::
+
+    python benchmarks/suite_profile.py /tmp/prof
+
+A child's CPU time counts once the child is reaped (``RUSAGE_CHILDREN``): a scenario's
+interpreter when its run ends, ranks forked from a template when that template is reaped.
+``idle`` is wall time spent neither here nor in children: sleeps, timeouts, waits on locks.
+"""
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+import resource
+import sys
+import time
+from typing import Any, Dict, Iterator, List, Optional, TextIO
+
+ENV_DIR = "CT_SUITE_PROFILE_DIR"
+_out: Optional[TextIO] = None
+
+
+def _cpu() -> tuple:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def _sink() -> Optional[TextIO]:
+    global _out
+    folder = os.environ.get(ENV_DIR)
+    if _out is None and folder:
+        os.makedirs(folder, exist_ok=True)
+        _out = open(os.path.join(folder, os.environ.get("PYTEST_XDIST_WORKER", "main") + ".jsonl"), "a")
+    return _out
+
+
+try:
+    import pytest
+except ImportError:  # the summary needs no pytest
+    pytest = None  # type: ignore[assignment]
+else:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
+        wall0, (own0, kids0) = time.monotonic(), _cpu()
+        yield
+        (own1, kids1), sink = _cpu(), _sink()
+        if sink is not None:
+            sink.write(json.dumps({"id": item.nodeid, "wall": time.monotonic() - wall0,
+                                   "self": own1 - own0, "kids": kids1 - kids0}) + "\n")
+            sink.flush()
+
+
+def summary(folder: str) -> List[str]:
+    """The table: one line per test file, heaviest wall time first, and a total."""
+    rows = [json.loads(line) for path in sorted(glob.glob(os.path.join(folder, "*.jsonl"))) for line in open(path)]
+    by_file: Dict[str, List[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for row in rows:
+        sums = by_file[row["id"].split("::")[0]]
+        for i, key in enumerate(("wall", "self", "kids")):
+            sums[i] += row[key]
+        sums[3] += 1
+    lines = [f"{'file':40s} {'tests':>5s} {'wall':>7s} {'self':>7s} {'kids':>7s} {'idle':>7s}"]
+    for name, (wall, own, kids, n) in sorted(by_file.items(), key=lambda kv: -kv[1][0]):
+        lines.append(f"{name:40s} {n:5.0f} {wall:7.1f} {own:7.1f} {kids:7.1f} {wall - own - kids:7.1f}")
+    total = [sum(r[k] for r in rows) for k in ("wall", "self", "kids")]
+    lines.append(f"{'all':40s} {len(rows):5d} {total[0]:7.1f} {total[1]:7.1f} {total[2]:7.1f} "
+                 f"{total[0] - total[1] - total[2]:7.1f}")
+    return lines
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: python {sys.argv[0]} FOLDER (where CT_SUITE_PROFILE_DIR pointed)")
+    print("\n".join(summary(sys.argv[1])))
