@@ -72,6 +72,8 @@ def summary(folder: str) -> List[str]:
     total = [sum(r[k] for r in rows) for k in ("wall", "self", "kids")]
     lines.append(f"{'all':40s} {len(rows):5d} {total[0]:7.1f} {total[1]:7.1f} {total[2]:7.1f} "
                  f"{total[0] - total[1] - total[2]:7.1f}")
+    cores = len(os.sched_getaffinity(0))
+    lines.append(f"on {cores} cores the CPU alone takes at least {(total[1] + total[2]) / cores:.0f} s of wall time")
     return lines
 
 

@@ -160,9 +160,13 @@ def test_figures_are_sane(smoke):
                     assert row["floor"]["min"] <= stat["median"], f"{name}: {row['measurement']}: floor above {side}"
 
 
-def _benchlib():
+def _on_benchmarks_path() -> None:
     if str(ROOT / "benchmarks") not in sys.path:
         sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def _benchlib():
+    _on_benchmarks_path()
     from benchlib import analyze, report
 
     return analyze, report
@@ -221,3 +225,22 @@ def test_leak_benchmark_reports_every_figure(tmp_path):
         assert line in proc.stdout, helpers.describe(proc)
     raw = json.loads(out.read_text())
     assert raw["suite_cpu_us_off"] > 0 and raw["suite_cpu_us_restore"] > 0, raw
+
+
+def test_suite_profile_sums_each_file_and_bounds_the_run_by_its_cpu(tmp_path):
+    # benchmarks/suite_profile.py's table: files by wall time, idle = wall - own - children's CPU,
+    # and the CPU bound on this host's cores (benchmarks/README.rst quotes it).
+    _on_benchmarks_path()
+    import suite_profile
+
+    lines = [{"id": "test/a.py::t1", "wall": 2.0, "self": 0.5, "kids": 1.0},
+             {"id": "test/b.py::t", "wall": 9.0, "self": 1.0, "kids": 6.0},
+             {"id": "test/a.py::t2", "wall": 3.0, "self": 0.5, "kids": 1.0}]
+    (tmp_path / "gw0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines[:2]))
+    (tmp_path / "gw1.jsonl").write_text(json.dumps(lines[2]) + "\n")
+    table = [line.split() for line in suite_profile.summary(str(tmp_path))]
+    assert table[1] == ["test/b.py", "1", "9.0", "1.0", "6.0", "2.0"], table
+    assert table[2] == ["test/a.py", "2", "5.0", "1.0", "2.0", "2.0"], table
+    assert table[3] == ["all", "3", "14.0", "2.0", "8.0", "4.0"], table
+    cores = len(os.sched_getaffinity(0))
+    assert table[4][-5] == str(round(10.0 / cores)) and table[4][1] == str(cores), table
