@@ -2,11 +2,14 @@
 
 As a pytest plugin it appends one JSON line per test to ``$CT_SUITE_PROFILE_DIR/<worker>.jsonl``::
 
-    CT_SUITE_PROFILE_DIR=/tmp/prof PYTHONPATH=benchmarks python -m pytest -p suite_profile -n 2 --dist loadgroup test
+    CT_SUITE_PROFILE_DIR=/tmp/prof PYTHONPATH=benchmarks python -m pytest -p suite_profile -n 4 --dist loadgroup test
 
 As a script it sums those lines by test file, heaviest first::
 
     python benchmarks/suite_profile.py /tmp/prof
+
+and with ``--durations FILE`` also writes each test's wall time to FILE, the record by
+which ``test/conftest.py`` hands the longest tests out first (``test/durations.json``).
 
 A child's CPU time counts once the child is reaped (``RUSAGE_CHILDREN``): a scenario's
 interpreter when its run ends, ranks forked from a template when that template is reaped.
@@ -57,9 +60,18 @@ else:
             sink.flush()
 
 
+def _rows(folder: str) -> List[Dict[str, Any]]:
+    return [json.loads(line) for path in sorted(glob.glob(os.path.join(folder, "*.jsonl"))) for line in open(path)]
+
+
+def durations(folder: str) -> Dict[str, float]:
+    """Each test's wall time (setup, call and teardown), by node id, to a tenth of a second."""
+    return {row["id"]: round(row["wall"], 1) for row in sorted(_rows(folder), key=lambda row: row["id"])}
+
+
 def summary(folder: str) -> List[str]:
     """The table: one line per test file, heaviest wall time first, and a total."""
-    rows = [json.loads(line) for path in sorted(glob.glob(os.path.join(folder, "*.jsonl"))) for line in open(path)]
+    rows = _rows(folder)
     by_file: Dict[str, List[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     for row in rows:
         sums = by_file[row["id"].split("::")[0]]
@@ -78,6 +90,11 @@ def summary(folder: str) -> List[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: python {sys.argv[0]} FOLDER (where CT_SUITE_PROFILE_DIR pointed)")
-    print("\n".join(summary(sys.argv[1])))
+    args = sys.argv[1:]
+    if len(args) not in (1, 3) or (len(args) == 3 and args[1] != "--durations"):
+        sys.exit(f"usage: python {sys.argv[0]} FOLDER [--durations FILE] (FOLDER: where CT_SUITE_PROFILE_DIR pointed)")
+    print("\n".join(summary(args[0])))
+    if len(args) == 3:
+        with open(args[2], "w") as f:
+            json.dump(durations(args[0]), f, indent=0)
+            f.write("\n")

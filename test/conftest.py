@@ -9,10 +9,11 @@ quick`` runs ``-m "not e2e"``.
 """
 import ast
 import functools
+import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -25,6 +26,10 @@ import tiers  # noqa: E402 - needs the path above
 # Scenario files are run by the tests (as subprocesses or in process), never collected
 # directly; gpu/ is run by gpu/check.py on machines with GPUs.
 collect_ignore_glob = ["scenarios/*", "gpu/*"]
+# Each test's recorded wall time (benchmarks/suite_profile.py --durations), by which --dist loadgroup hands out
+# the longest work first; a test not in it counts UNRECORDED_S.
+DURATIONS = HERE / "durations.json"
+UNRECORDED_S = 1.0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,17 +58,46 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         yield
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Under ``--dist loadgroup``, the longest work first (see the scheduler below)."""
+    if config.getvalue("dist") == "loadgroup":
+        items[:] = longest_first(items, _recorded(DURATIONS))
+
+
+def longest_first(items: List[pytest.Item], seconds: Dict[str, float]) -> List[pytest.Item]:
+    """``items`` by their scheduling unit's recorded time (a shared group's sum), longest first; a unit's tests
+    stay together in their order, and units of equal time keep theirs."""
+    units: Dict[str, List[pytest.Item]] = {}
+    for item in items:
+        units.setdefault(_shared_group(item.nodeid) or item.nodeid, []).append(item)
+
+    def total(unit: List[pytest.Item]) -> float:
+        return sum(seconds.get(item.nodeid, UNRECORDED_S) for item in unit)
+
+    return [item for unit in sorted(units.values(), key=total, reverse=True) for item in unit]
+
+
+def _recorded(path: Path) -> Dict[str, float]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+
+
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: a session without xdist has none
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """The suite's distribution, ``-n 2 --dist loadgroup``: the tests of a file that share one of its module-scoped
+    """The suite's distribution, ``-n 4 --dist loadgroup``: the tests of a file that share one of its module-scoped
     fixtures (a scenario run made once and read by each) go to one worker together; every other test goes to
-    whichever worker is free, so that no file is pinned to one worker for its whole time.
+    whichever worker is free, so that no file is pinned to one worker for its whole time.  Work goes out longest
+    first, by ``test/durations.json`` (:func:`longest_first`), so that no long test starts last and bounds the run.
 
     The groups come from the test files' source (:func:`_shared_group`), not from ``xdist_group`` marks:
     xdist 3.8 renames a marked test's node id to group it, which pytest 9.2's node ids no longer take."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # xdist's own order (most tests first) would undo longest_first
 
     class SharedRunScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

@@ -244,3 +244,27 @@ def test_suite_profile_sums_each_file_and_bounds_the_run_by_its_cpu(tmp_path):
     assert table[3] == ["all", "3", "14.0", "2.0", "8.0", "4.0"], table
     cores = len(os.sched_getaffinity(0))
     assert table[4][-5] == str(round(10.0 / cores)) and table[4][1] == str(cores), table
+    assert suite_profile.durations(str(tmp_path)) == {"test/a.py::t1": 2.0, "test/a.py::t2": 3.0, "test/b.py::t": 9.0}
+
+
+def test_the_suite_hands_out_its_longest_work_first(tmp_path):
+    # test/conftest.py's order for --dist loadgroup: units by recorded time, longest first; a shared run's
+    # tests (those that take a module-scoped fixture) are one unit, together and in their order.
+    import conftest
+
+    source = tmp_path / "test_x.py"
+    source.write_text("import pytest\n\n@pytest.fixture(scope='module')\ndef run():\n    pass\n\n"
+                      "def test_a(run):\n    pass\n\ndef test_b():\n    pass\n\ndef test_c(run):\n    pass\n\n"
+                      "def test_d():\n    pass\n")
+
+    class Item:
+        def __init__(self, name: str) -> None:
+            self.nodeid = f"{source}::{name}"
+
+    items = [Item(name) for name in ("test_a", "test_b", "test_c", "test_d")]
+    seconds = {item.nodeid: s for item, s in zip(items, (2.0, 5.0, 2.5))}  # test_d: not recorded
+    order = [item.nodeid.rpartition("::")[2] for item in conftest.longest_first(items, seconds)]  # type: ignore
+    assert order == ["test_b", "test_a", "test_c", "test_d"], order  # 5 s, then the shared 4.5 s, then 1 s
+    seconds[items[1].nodeid] = 4.0
+    order = [item.nodeid.rpartition("::")[2] for item in conftest.longest_first(items, seconds)]  # type: ignore
+    assert order == ["test_a", "test_c", "test_b", "test_d"], order
