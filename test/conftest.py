@@ -59,8 +59,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
-    """Under ``--dist loadgroup``, the longest work first (see the scheduler below)."""
-    if config.getvalue("dist") == "loadgroup":
+    """Under ``--dist loadgroup``, the longest work first (see the scheduler below).  xdist's workers, whose
+    collection the scheduler hands out, see ``dist`` as "no" and ``loadgroup`` set."""
+    if config.getvalue("dist") == "loadgroup" or getattr(config.option, "loadgroup", False):
         items[:] = longest_first(items, _recorded(DURATIONS))
 
 
