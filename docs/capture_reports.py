@@ -87,6 +87,7 @@ def captures() -> Dict[str, str]:
 def normalized(text: str) -> str:
     """What must not change between two captures: times, paths, ports and numbers aside."""
     text = text.replace(str(ROOT), "<repo>")
+    text = re.sub(r"(-- Python \S+ )\S+", r"\1<python>", text)  # xdist's worker line: whichever interpreter ran it
     text = re.sub(r"/\S*/(site-packages|lib/python[\d.]+)/", "<lib>/", text)
     return re.sub(r"\d+", "N", text)
 

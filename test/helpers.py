@@ -10,6 +10,7 @@ from typing import Dict, Optional, Sequence
 
 import inprocess
 import tiers
+import zygote
 
 from continuous_test import config
 
@@ -38,15 +39,28 @@ def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
             env.pop(key)
     env.update(QUIET)
     env[tiers.ENV_SCENARIO_RUN] = "1"  # the run's own tests are not this suite's (test/conftest.py)
+    sock = zygote.socket_path()
+    if sock:  # what a forked process starts with sys.executable is forked too (test/zygote.py)
+        env[zygote.ENV_SOCKET] = sock
     env.update(extra or {})
     return env
 
 
+def interpreter(fresh: bool = False) -> str:
+    """The ``python`` of a real process: forked from this test process's zygote (test/zygote.py: a real
+    process without ``import torch`` to pay), or with ``fresh`` (or ``CT_ZYGOTE=0``) a new interpreter."""
+    return sys.executable if fresh else zygote.python()
+
+
 def run(args: Sequence[str], env: Optional[Dict[str, str]] = None, timeout: float = RUN_TIMEOUT,
-        cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
-    """Run a command to completion and return it with text output (a real process: the e2e tier)."""
+        cwd: Optional[Path] = None, fresh: bool = False) -> subprocess.CompletedProcess:
+    """Run a command to completion and return it with text output (a real process: the e2e tier).  A
+    ``sys.executable`` command runs forked from the zygote unless ``fresh`` (:func:`interpreter`)."""
     tiers.uses("e2e", f"runs a real process ({Path(str(args[0])).name} ...)")
-    return subprocess.run(list(args), cwd=str(cwd or SCENARIOS), env=scenario_env(env), timeout=timeout,
+    args = list(args)
+    if args[0] == sys.executable:
+        args[0] = interpreter(fresh)
+    return subprocess.run(args, cwd=str(cwd or SCENARIOS), env=scenario_env(env), timeout=timeout,
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -229,7 +229,10 @@ def _remove_mp_tempdir(path: Optional[str]) -> None:
         return
     for finalizer in list(getattr(mp_util, "_finalizer_registry").values()):
         if path in (getattr(finalizer, "_args", None) or ()):
-            finalizer()
+            try:
+                finalizer()
+            except FileNotFoundError:  # a killed template's own cleanup got there first
+                pass
     shutil.rmtree(path, ignore_errors=True)  # made by the template's short-path fallback instead
 
 

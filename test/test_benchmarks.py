@@ -49,7 +49,7 @@ class Smoke:
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> Smoke:
     out = tmp_path_factory.mktemp("benchmarks") / "smoke.json"
-    proc = subprocess.Popen([sys.executable, str(RUN), "--smoke", "--json", str(out)], cwd=str(ROOT),
+    proc = subprocess.Popen([helpers.interpreter(), str(RUN), "--smoke", "--json", str(out)], cwd=str(ROOT),
                             env=helpers.scenario_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -35,7 +35,7 @@ def test_lines_run_only_in_ranks_are_covered(runner, tmp_path):
     for name in (f"{TARGET}.py", "test_coverage.py"):
         shutil.copy(SCENARIOS / name, tmp_path / name)
     args = [sys.executable, *RUNNERS[runner], "-p", "no:cacheprovider", "-q", "test_coverage.py"]
-    proc = helpers.run(args, cwd=tmp_path)
+    proc = helpers.run(args, cwd=tmp_path, fresh=True)  # fresh: coverage starts with the interpreter
     assert proc.returncode == 0, describe(proc)
     assert helpers.pytest_counts(proc.stdout) == {"passed": 3}, describe(proc)
     # Every rank's data file was folded into the controller's data (newer `coverage

@@ -474,7 +474,7 @@ def test_a_waiting_world_gets_its_devices_and_says_what_it_waits_for(tmp_path):
 def test_a_world_waits_with_a_heartbeat_until_a_killed_holders_devices_go_back(tmp_path):
     holder = _holder(tmp_path, 4, 60)
     env = helpers.scenario_env(_env(tmp_path, CONTINUOUS_TEST_HEARTBEAT="1", CONTINUOUS_TEST_DEVICE_WAIT="60"))
-    proc = subprocess.Popen([sys.executable, SCENARIO, "-v", "One", "TooBig"], cwd=helpers.SCENARIOS, env=env,
+    proc = subprocess.Popen([helpers.interpreter(), SCENARIO, "-v", "One", "TooBig"], cwd=helpers.SCENARIOS, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None

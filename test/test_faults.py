@@ -5,7 +5,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -110,7 +109,7 @@ def start_hanging(tmp: Path, **popen) -> tuple:
     pid_dir.mkdir()
     tmpdir.mkdir()
     env = helpers.scenario_env({"PID_DIR": str(pid_dir), "TMPDIR": str(tmpdir)})
-    proc = subprocess.Popen([sys.executable, "test_hang.py", "-v"], cwd=helpers.SCENARIOS, env=env,
+    proc = subprocess.Popen([helpers.interpreter(), "test_hang.py", "-v"], cwd=helpers.SCENARIOS, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **popen)
     deadline = time.monotonic() + 120
@@ -167,8 +166,8 @@ def test_torchrun_time_limit_dumps_stacks_and_exits():
 def test_ctrl_c_during_a_rerun_keeps_the_failure_already_known(runner, cls, failing, after, tmp_path):
     # The run stops (unittest: exit 130; pytest: its session is interrupted, exit 2), and
     # the failure of the test's own run is reported, with a note that its diagnosis was cut short.
-    command = ([sys.executable, "test_interrupted_bisect.py", cls] if runner == "python" else
-               [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_interrupted_bisect.py", "-k", cls])
+    command = ([helpers.interpreter(), "test_interrupted_bisect.py", cls] if runner == "python" else
+               [helpers.interpreter(), "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_interrupted_bisect.py", "-k", cls])
     proc = subprocess.Popen(command, cwd=str(helpers.SCENARIOS),
                             env=helpers.scenario_env({"STAMP_DIR": str(tmp_path), **helpers.BISECT_ON}), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -210,7 +209,7 @@ def test_sigterm_to_the_controller_removes_the_whole_texts_it_kept(tmp_path):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     env = helpers.scenario_env({"STAMP_DIR": str(tmp_path), "TMPDIR": str(tmpdir), **helpers.QUIET})
-    proc = subprocess.Popen([sys.executable, "test_terminated.py"], cwd=helpers.SCENARIOS, env=env,
+    proc = subprocess.Popen([helpers.interpreter(), "test_terminated.py"], cwd=helpers.SCENARIOS, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

@@ -42,7 +42,7 @@ def finish(procs) -> list:
 @pytest.mark.e2e
 def test_torchrun_two_nodes_rank_0_reports_every_node():
     port = helpers.free_port()
-    node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+    node = [helpers.interpreter(), "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes",
             "test_multinode.py", "-v"]
     nodes = finish([start(node), start(node)])
@@ -64,7 +64,7 @@ def slurm_env(rank: int, ntasks: int, port: int) -> dict:
 @pytest.mark.e2e
 def test_srun_simulated_with_four_tasks():
     port = helpers.free_port()
-    tasks = finish([start([sys.executable, "test_multinode.py", "-v"], slurm_env(r, 4, port)) for r in range(4)])
+    tasks = finish([start([helpers.interpreter(), "test_multinode.py", "-v"], slurm_env(r, 4, port)) for r in range(4)])
     assert unittest_counts(tasks[0].stderr) == {"ran": 3, "failures": 1}, describe(tasks[0])
     assert "failed on rank 3 of 4" in tasks[0].stderr
     assert all(t.returncode == 1 for t in tasks), [t.returncode for t in tasks]
@@ -75,7 +75,7 @@ def test_srun_simulated_with_four_tasks():
 def test_rendezvous_names_the_ranks_that_never_arrived():
     port = helpers.free_port()
     env = {"CONTINUOUS_TEST_START_TIMEOUT": "3"}
-    tasks = finish([start([sys.executable, "test_multinode.py"], {**slurm_env(r, 4, port), **env}) for r in (0, 1)])
+    tasks = finish([start([helpers.interpreter(), "test_multinode.py"], {**slurm_env(r, 4, port), **env}) for r in (0, 1)])
     assert all(t.returncode == 1 for t in tasks), [describe(t) for t in tasks]
     assert f"rank(s) 2, 3 of 4 never arrived at the rendezvous at 127.0.0.1:{port} within 3 s" in tasks[0].stderr
     assert unittest_counts(tasks[0].stderr) == {"ran": 3, "errors": 3}, describe(tasks[0])
@@ -151,7 +151,7 @@ def test_torchrun_a_hang_in_a_shuffled_order_is_reported_and_the_rest_skipped():
 @pytest.mark.e2e
 def test_srun_world_size_mismatch_names_srun_options():
     port = helpers.free_port()
-    tasks = finish([start([sys.executable, "test_multinode.py", "-v"], slurm_env(r, 2, port)) for r in range(2)])
+    tasks = finish([start([helpers.interpreter(), "test_multinode.py", "-v"], slurm_env(r, 2, port)) for r in range(2)])
     message = world_size_mismatch("FourRankTest", 4, 2, LAUNCH_HINTS[Mode.SLURM])
     assert message in tasks[0].stderr, describe(tasks[0])
     assert "nproc" not in tasks[0].stderr
@@ -173,8 +173,8 @@ def test_a_rank_never_joins_another_runs_world():
     port = helpers.free_port()
     env = {"CONTINUOUS_TEST_START_TIMEOUT": "3"}
     other_job = {**slurm_env(1, 2, port), "SLURM_JOB_ID": "4343", **env}
-    host, stray = finish([start([sys.executable, FAULTS, HEALTHY_TEST], {**slurm_env(0, 2, port), **env}),
-                          start([sys.executable, FAULTS, HEALTHY_TEST], other_job)])
+    host, stray = finish([start([helpers.interpreter(), FAULTS, HEALTHY_TEST], {**slurm_env(0, 2, port), **env}),
+                          start([helpers.interpreter(), FAULTS, HEALTHY_TEST], other_job)])
     where = f"127.0.0.1:{port}"
     assert OTHER_RUN.format(where=where, owner="slurm-4242.0", run="slurm-4343.0") in stray.stderr, describe(stray)
     assert stray.returncode == 1 and host.returncode == 1

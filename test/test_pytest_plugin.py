@@ -275,5 +275,5 @@ class PlainTest(unittest.TestCase):
 @pytest.mark.e2e
 def test_a_session_without_distributed_tests_does_not_import_torch(tmp_path):
     (tmp_path / "test_plain.py").write_text(_PLAIN)
-    proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_plain.py"], cwd=tmp_path)
+    proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_plain.py"], cwd=tmp_path, fresh=True)  # fresh: what it imports is the point
     assert pytest_counts(proc.stdout) == {"passed": 2}, describe(proc)

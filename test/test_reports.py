@@ -195,7 +195,7 @@ def test_no_heartbeat_in_the_last_second_before_the_time_limit():
 def test_live_output_is_shown_while_the_test_runs(tmp_path):
     release = tmp_path / "release"
     env = helpers.scenario_env({progress.ENV_LIVE_OUTPUT: "1", "RELEASE_FILE": str(release), "SLOW_SECONDS": "60"})
-    proc = subprocess.Popen([sys.executable, "test_reports.py", "ReportTest.test_h_slow"], cwd=helpers.SCENARIOS,
+    proc = subprocess.Popen([helpers.interpreter(), "test_reports.py", "ReportTest.test_h_slow"], cwd=helpers.SCENARIOS,
                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     seen = []

@@ -147,7 +147,7 @@ def test_sigkill_of_controller_while_a_rank_holds_the_gil_leaves_nothing(tmp_pat
     pid_dir.mkdir()
     env = helpers.scenario_env({"PID_DIR": str(pid_dir), "TMPDIR": str(tmp_path / "tmp")})
     (tmp_path / "tmp").mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", SCENARIO,
+    proc = subprocess.Popen([helpers.interpreter(), "-m", "pytest", "-p", "no:cacheprovider", "-q", SCENARIO,
                              "-k", "GilHolderTest"], cwd=helpers.SCENARIOS, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
