@@ -1,0 +1,136 @@
+"""test/zygote.py: a forked process is the process the command line names, or a real interpreter runs it."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import helpers
+import pytest
+import zygote
+
+pytestmark = pytest.mark.e2e
+
+PROGRAM = """\
+import atexit, multiprocessing, os, sys  # multiprocessing: as torch imports it (the zygote has)
+atexit.register(print, "atexit ran", flush=True)
+print("argv", sys.argv, "name", __name__, "file", globals().get("__file__"), "path0", repr(sys.path[0]))
+print("main", sys.modules["__main__"] is sys.modules["__mp_main__"])
+print("buffered", sys.stdout.line_buffering, sys.stderr.line_buffering)
+how = os.environ.get("HOW")
+if how == "exit":
+    sys.exit(3)
+if how == "raise":
+    raise ValueError("from the program")
+if how == "interrupt":
+    raise KeyboardInterrupt
+"""
+
+
+def _both(args, env=None, cwd=None):
+    """The same command line run forked (through the shim) and by a real interpreter."""
+    runs = []
+    for exe in (helpers.interpreter(), sys.executable):
+        runs.append(subprocess.run([exe, *args], env=helpers.scenario_env(env), cwd=cwd or helpers.SCENARIOS,
+                                   stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120))
+    return runs
+
+
+@pytest.fixture
+def program(tmp_path):
+    path = tmp_path / "prog.py"
+    path.write_text(PROGRAM)
+    return path
+
+
+@pytest.mark.parametrize("how", ["", "exit", "raise", "interrupt"])
+def test_a_script_ends_as_it_would_in_a_real_interpreter(program, how, tmp_path):
+    forked, real = _both([program.name, "a", "b"], env={"HOW": how}, cwd=tmp_path)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr)
+    assert "atexit ran" in real.stdout
+
+
+def test_modules_and_code_run_as_with_m_and_c(tmp_path):
+    for args in (["-m", "json.tool", "--sort-keys"], ["-c", "import sys; print(sys.argv, repr(sys.path[0]))", "x"],
+                 ["-u", "-B", "-c", "import sys; print(sys.dont_write_bytecode)"]):
+        forked, real = _both(args, cwd=tmp_path)
+        assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr), args
+
+
+def test_a_forked_process_is_forked_and_so_is_what_it_starts():
+    code = ("import subprocess, sys; print('torch' in sys.modules); "
+            "print(subprocess.run([sys.executable, '-c', 'import sys; print(\"torch\" in sys.modules)'], "
+            "capture_output=True, text=True).stdout.strip())")
+    forked = subprocess.run([helpers.interpreter(), "-c", code], env=helpers.scenario_env(), capture_output=True,
+                            text=True, timeout=60)
+    assert forked.stdout.split() == ["True", "True"], forked.stderr  # torch already there: forked, twice
+
+
+def test_what_it_cannot_reproduce_runs_in_a_real_interpreter():
+    probe = "import sys; print('torch' in sys.modules)"
+    for args, env in ((["-X", "dev", "-c", probe], None), (["-c", probe], {"PYTHONHASHSEED": "7"}),
+                      (["-c", probe], {"OMP_PROC_BIND": "true"})):
+        proc = subprocess.run([helpers.interpreter(), *args], env=helpers.scenario_env(env), capture_output=True,
+                              text=True, timeout=60)
+        assert proc.stdout.strip() == "False", (args, env, proc.stderr)
+
+
+def test_fresh_seeds_descriptors_and_the_callers_directory(tmp_path):
+    read, write = os.pipe()
+    code = ("import os, random, numpy; os.write(int(os.environ['FD']), b'x'); "
+            "print(random.random(), numpy.random.random(), os.getcwd())")
+    outs = []
+    for _ in range(2):
+        proc = subprocess.run([helpers.interpreter(), "-c", code], env=helpers.scenario_env({"FD": str(write)}),
+                              pass_fds=[write], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(proc.stdout.split())
+    os.close(write)
+    assert os.read(read, 10) == b"xx"
+    assert outs[0][2] == outs[1][2] == str(tmp_path)
+    assert outs[0][0] != outs[1][0] and outs[0][1] != outs[1][1]
+
+
+def test_signals_reach_the_child_and_a_killed_caller_takes_it_along(tmp_path):
+    code = ("import os, signal, sys, time; "
+            "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(5))); "
+            "print(os.getpid(), flush=True); time.sleep(60)")
+    for sig, code_seen in ((signal.SIGTERM, 5), (signal.SIGKILL, -9)):
+        proc = subprocess.Popen([helpers.interpreter(), "-c", code], env=helpers.scenario_env(),
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        assert child != proc.pid  # the forked child, not the shim
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == code_seen, out
+        deadline = time.monotonic() + 10
+        while _running(child) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _running(child), f"the child outlived its caller (killed by {sig.name})"
+
+
+def test_the_zygote_survives_a_caller_that_leaves_before_it_asks():
+    import socket
+
+    path = zygote.socket_path()
+    assert path
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.connect(path)  # and leave without a request
+    proc = subprocess.run([helpers.interpreter(), "-c", "import sys; print('torch' in sys.modules)"],
+                          env=helpers.scenario_env(), capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "True", proc.stderr
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
