@@ -124,6 +124,31 @@ def test_the_zygote_survives_a_caller_that_leaves_before_it_asks():
     assert proc.stdout.strip() == "True", proc.stderr
 
 
+def test_a_caller_killed_after_its_request_takes_its_child_along(tmp_path):
+    import array
+    import json
+    import socket
+    import struct
+
+    path = zygote.socket_path()
+    assert path
+    stamp = tmp_path / "alive"
+    request = {"argv": ["-c", f"import time; time.sleep(1); open({str(stamp)!r}, 'w').close()"],
+               "env": helpers.scenario_env(), "cwd": str(tmp_path), "fds": [0, 1, 2]}
+    data = json.dumps(request).encode()
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.connect(path)
+        conn.sendmsg([struct.pack("!I", len(data))],
+                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+        conn.sendall(data)  # and leave before the answer, as a shim killed at that moment would
+    time.sleep(3)
+    assert not stamp.exists(), "the child outlived the caller that asked for it"
+    proc = subprocess.run([helpers.interpreter(), "-c", "print(1)"], env=helpers.scenario_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "1\n"), proc.stderr
+    assert zygote.socket_path() == path, "the zygote died and was replaced"
+
+
 def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -236,18 +236,26 @@ class _Zygote:
 
     def serve(self) -> dict:
         """Serve until a forked child returns from here with what it must run."""
+        zygote = os.getpid()
         while True:
-            for key, _ in self.selector.select(timeout=1.0):
-                if key.data == "wakeup":
-                    _drain(self.wakeup_r)
-                elif key.fileobj is self.listener:
-                    conn, _ = self.listener.accept()
-                    spec = self._request(conn)
-                    if spec is not None:
-                        return spec
-                else:
-                    self._caller_ended(key.fileobj, key.data)  # type: ignore[arg-type]
-            self._reap()
+            try:
+                for key, _ in self.selector.select(timeout=1.0):
+                    if key.data == "wakeup":
+                        _drain(self.wakeup_r)
+                    elif key.fileobj is self.listener:
+                        conn, _ = self.listener.accept()
+                        spec = self._request(conn)
+                        if spec is not None:
+                            return spec
+                    else:
+                        self._caller_ended(key.fileobj, key.data)  # type: ignore[arg-type]
+                self._reap()
+            except Exception:  # noqa: BLE001 - one caller's trouble must not end the zygote for the others
+                if os.getpid() != zygote:
+                    raise  # a child that failed to become its program: it ends, with the traceback
+                import traceback
+
+                traceback.print_exc()
             if os.getppid() != self.parent:
                 os._exit(0)  # the test process is gone
 
@@ -283,9 +291,12 @@ class _Zygote:
             return {**spec, "env": request["env"], "cwd": request["cwd"], "fds": dict(zip(request["fds"], fds))}
         for fd in fds:
             os.close(fd)
-        conn.sendall(b"P%d\n" % pid)
         self.children[pid] = conn
-        self.selector.register(conn, selectors.EVENT_READ, pid)
+        try:
+            conn.sendall(b"P%d\n" % pid)
+            self.selector.register(conn, selectors.EVENT_READ, pid)
+        except OSError:  # the caller was killed meanwhile: so is the process it stood for
+            os.kill(pid, signal.SIGKILL)
         return None
 
     def _become_child(self, conn: socket.socket, fds: List[int]) -> None:
@@ -300,7 +311,10 @@ class _Zygote:
 
     def _caller_ended(self, conn: socket.socket, pid: int) -> None:
         """The caller (the shim) closed its end: it died, so its child dies too, as the process it stood for."""
-        self.selector.unregister(conn)
+        try:
+            self.selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
