@@ -120,6 +120,40 @@ def test_the_version_tag_is_read_where_cpython_keeps_it():
         assert leaks._modules_tag(sys.modules) > before
 
 
+class _StuckField:
+    """A stand-in for ``ctypes.c_uint64`` that reads a field which never changes."""
+
+    value = 7
+
+    @classmethod
+    def from_address(cls, address):
+        return cls()
+
+
+class _RunningField:
+    """A stand-in for ``ctypes.c_uint64`` that reads a field which changes at every read, dict changed or not."""
+
+    reads = 0
+
+    @classmethod
+    def from_address(cls, address):
+        cls.reads += 1
+        field = cls()
+        field.value = cls.reads
+        return field
+
+
+@pytest.mark.parametrize("field", [_StuckField, _RunningField], ids=["never changes", "changes at every read"])
+def test_a_version_tag_that_fails_the_self_test_is_not_trusted(field, monkeypatch):
+    # The tag is a private field read at a fixed offset.  Where what is read there does not
+    # change with every kind of change to a dict, or changes while nothing changed (another
+    # layout), it is no tag: the leak check must compare sys.modules whole, not trust it.
+    import ctypes
+
+    monkeypatch.setattr(ctypes, "c_uint64", field)
+    assert leaks._version_tag_reader() is None
+
+
 def test_filters_a_newly_imported_module_sets_for_its_own_warnings_are_not_a_leak(tmp_path, monkeypatch):
     # As sympy does on import, which torch's assert_close imports lazily.
     (tmp_path / "ct_own_warning.py").write_text(

@@ -292,6 +292,16 @@ def test_the_page_escapes_quotes_and_markup_of_test_ids_in_attributes_and_text()
     assert ODD not in text and ODD_PLAIN not in text  # never raw, even where the parser forgives it
 
 
+def test_each_failed_bar_is_labelled_with_its_failing_ranks_without_a_browser():
+    # The Chromium tests below check the label where Chromium is installed, and skip where it is not;
+    # this reads the page as a browser's parser does, everywhere: one visible label per failed bar
+    # (a lane's and its replay lane's), the ranks that raised in brackets.
+    page = _Page(report_html.render(_odd_report()))
+    labels = [attrs for tag, attrs in page.elements if tag == "text" and attrs.get("class") == "rank-label"]
+    assert len(labels) == 2, labels
+    assert [text for text in page.texts["text"] if text.startswith("ranks ")] == ["ranks 0,1 (1 raised)"] * 2
+
+
 @pytest.mark.e2e
 def test_the_command_writes_the_page_and_refuses_what_is_not_a_report(unittest_run, tmp_path):
     _, report, _ = unittest_run
