@@ -69,9 +69,9 @@ _torchrun: Dict[str, subprocess.CompletedProcess] = {}
 def launch(command: List[str], scenario: str) -> subprocess.CompletedProcess:
     """The scenario under ``command``; the first time, under ``torchrun --nproc-per-node 2`` too, at once."""
     args, env = SCENARIOS[scenario]
-    proc = _start([*command, sys.executable, *args], {**env, **OPEN_MPI_ENV})
+    proc = _start([*command, helpers.interpreter(), *args], {**env, **OPEN_MPI_ENV})
     if scenario not in _torchrun:
-        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        torchrun = [helpers.interpreter(), "-m", "torch.distributed.run", "--nproc-per-node", "2",
                     "--master-addr", "127.0.0.1", "--master-port", str(helpers.free_port())]
         _torchrun[scenario] = _finish(_start([*torchrun, *args], env))
     return _finish(proc)
@@ -140,7 +140,7 @@ def test_hang_matches_torchrun(mpiexec):
 def test_two_hydra_jobs_at_once_keep_their_own_rendezvous():
     """Hydra's jobs have no id: each is told apart by its ranks' shared PMI proxy, so each gets its own port."""
     args, _ = SCENARIOS["green"]
-    command = [*_mpiexec("hydra"), sys.executable, *args]
+    command = [*_mpiexec("hydra"), helpers.interpreter(), *args]
     for proc in [_finish(job) for job in [_start(command, {}), _start(command, {})]]:
         assert proc.returncode == 0 and unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
 
@@ -148,7 +148,7 @@ def test_two_hydra_jobs_at_once_keep_their_own_rendezvous():
 @pytest.mark.e2e
 def test_rank_0s_store_listens_on_loopback_only_on_one_host(mpiexec):
     """TCPStore's own server listens on every interface (``::``): a one-host world's must not."""
-    proc = _finish(_start([*mpiexec, sys.executable, "test_mpi_launch.py", "-v", "LoopbackStore"], OPEN_MPI_ENV))
+    proc = _finish(_start([*mpiexec, helpers.interpreter(), "test_mpi_launch.py", "-v", "LoopbackStore"], OPEN_MPI_ENV))
     assert proc.returncode == 0 and unittest_counts(proc.stderr) == {"ran": 1}, describe(proc)
 
 
@@ -181,7 +181,7 @@ def test_rank_0s_store_listens_where_its_ranks_connect(flavour):
 @pytest.mark.e2e
 def test_pytest_under_mpiexec_sees_torchruns_variables():
     """pytest, unlike run_tests(), has no entry point of ours: the plugin exports RANK and the rest."""
-    command = [*_mpiexec("openmpi"), sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+    command = [*_mpiexec("openmpi"), helpers.interpreter(), "-m", "pytest", "-p", "no:cacheprovider", "-q",
                "test_mpi_launch.py", "-k", "Pair and not Fresh"]
     proc = _finish(_start(command, OPEN_MPI_ENV))
     assert proc.returncode == 0, describe(proc)
