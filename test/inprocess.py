@@ -181,6 +181,9 @@ def _scoped(env: Dict[str, str], argv: List[str], own: List[str], paths: List[st
     saved_modules = dict(sys.modules)
     saved_handlers = {s: signal.getsignal(s) for s in _SIGNALS}
     saved_where, saved_log, saved_tempdir = progress._where, run_log.log(), tempfile.tempdir
+    import torch
+
+    saved_dtype = torch.get_default_dtype()  # a scenario's conftest may set it (conftest_thread/)
     # multiprocessing's temp dir (the template's and the worlds' private directory): the run makes its own
     # under its TMPDIR, removed after it, as a real process's is at its exit.
     mp_config = getattr(mp_process.current_process(), "_config")
@@ -214,6 +217,7 @@ def _scoped(env: Dict[str, str], argv: List[str], own: List[str], paths: List[st
         if saved_mp_tempdir is not None:
             mp_config["tempdir"] = saved_mp_tempdir
         progress._where = saved_where
+        torch.set_default_dtype(saved_dtype)
         tempfile.tempdir = saved_tempdir
         run_log._log = saved_log  # type: ignore[attr-defined]
         sys.path[:] = saved_path

@@ -63,6 +63,17 @@ def test_a_conftests_process_wide_setup_reaches_ranks_whatever_the_template(runn
     assert passed(runner, proc) == 3, describe(proc)
 
 
+@pytest.mark.world
+def test_a_run_in_this_process_takes_its_conftests_default_dtype_along():
+    # test/inprocess.py: a scenario run here leaves this process as a real run would leave its parent (a later
+    # test of the same worker failed on the float64 that this conftest had set).
+    import torch
+
+    proc = helpers.pytest("conftest_thread/test_conftest_setup.py")
+    assert helpers.pytest_counts(proc.stdout) == {"passed": 3}, describe(proc)
+    assert torch.get_default_dtype() == torch.float32
+
+
 @pytest.mark.parametrize("runner", sorted(RUNNERS))
 def test_ranks_never_see_what_tests_before_their_world_changed_in_the_controller(runner):
     # python -m unittest used to make the template at the first world start, after
