@@ -302,6 +302,16 @@ def test_each_failed_bar_is_labelled_with_its_failing_ranks_without_a_browser():
     assert [text for text in page.texts["text"] if text.startswith("ranks ")] == ["ranks 0,1 (1 raised)"] * 2
 
 
+def test_a_lane_of_one_rank_says_rank_not_ranks():
+    # Issue 38, Messages: a world of one rank was drawn as "1 ranks".
+    report = _odd_report()
+    for world in report["worlds"]:
+        world["world_size"] = 1
+    texts = _Page(report_html.render(report)).texts["text"]
+    assert "1 rank, 3 starts" in texts and f"1 rank, rerun/bisect of {ODD.rsplit('::', 1)[1]}" in texts, texts
+    assert not any("1 ranks" in text for text in texts), texts
+
+
 @pytest.mark.e2e
 def test_the_command_writes_the_page_and_refuses_what_is_not_a_report(unittest_run, tmp_path):
     _, report, _ = unittest_run
