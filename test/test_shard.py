@@ -645,10 +645,15 @@ def test_run_tests_repeats_are_results_with_a_summary(tmp_path):
 
 
 @pytest.mark.world
-def test_run_tests_fresh_repeats_tell_the_world_apart():
+def test_run_tests_fresh_repeats_tell_the_world_apart(tmp_path):
+    report = tmp_path / "run.json"
     proc = helpers.python(SCENARIO, "-v", "Flaky", env={"NO_FUNCTIONS": "1", ENV_REPEAT: "2", ENV_REPEAT_FRESH: "1",
-                                                        "FLAKY_SECOND_IN_WORLD": "1", "CONTINUOUS_TEST_BISECT": "off"})
+                                                        "FLAKY_SECOND_IN_WORLD": "1", "CONTINUOUS_TEST_BISECT": "off",
+                                                        "CONTINUOUS_TEST_REPORT": str(report)})
     assert proc.returncode == 1, describe(proc)
+    # The two fresh runs' worlds are one lane of kind fresh with two starts, beside the shared world's lane.
+    lanes = sorted((w["kind"], len(w["starts"])) for w in json.loads(report.read_text())["worlds"])
+    assert lanes == [("fresh", 2), ("shared", 1)], lanes
     assert helpers.unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
     assert re.search(r"repeat-2of2 \.\.\. (.*\n)?FAIL", proc.stderr), describe(proc)
     assert re.search(r"fresh-2of2 \.\.\. (.*\n)?ok", proc.stderr), describe(proc)

@@ -224,6 +224,12 @@ class RunLog:
         """The fresh ranks of one ``MultiProcessTestCase`` test of ``cls`` started at monotonic ``began``."""
         self._started(self.own_world_lane(cls, world_size), began, "tests")
 
+    def use_own_world_lane(self, world: Any) -> None:
+        """Put ``world`` (started for one test: a fresh repeat run's) on its class's lane of kind ``fresh``,
+        unless it has a lane already (a replay's)."""
+        if world not in self._lane_of:
+            self._lane_of[world] = self.own_world_lane(world.cls, world.world_size)
+
     def own_world_lane(self, cls: type, world_size: int) -> Any:
         """The lane (of kind ``fresh``) of ``cls``'s fresh ranks, or of its tests' worlds of their own (:meth:`use_lane`)."""
         lane = self._fresh_lanes.get(cls)

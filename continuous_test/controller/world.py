@@ -183,7 +183,8 @@ class World:
     def start(self) -> None:
         """Start all ranks and wait until each joined the process group."""
         self._require("start", WorldState.NEW, WorldState.STOPPED, WorldState.BROKEN)
-        began = time.monotonic()
+        if self.cls in _ONE_TEST:  # a fresh repeat run's world: one lane for them all, not a shared lane each
+            run_log.log().use_own_world_lane(self)
         self.dir = tempfile.mkdtemp(prefix=f"world-{files.name_part(self.cls.__name__, 100)}-", dir=template.private_dir())
         self._reinit = None
         self.starts += 1
