@@ -63,14 +63,14 @@ def test_a_conftests_process_wide_setup_reaches_ranks_whatever_the_template(runn
     assert passed(runner, proc) == 3, describe(proc)
 
 
-@pytest.mark.world
-def test_a_run_in_this_process_takes_its_conftests_default_dtype_along():
-    # test/inprocess.py: a scenario run here leaves this process as a real run would leave its parent (a later
-    # test of the same worker failed on the float64 that this conftest had set).
+def test_a_run_in_this_process_takes_the_default_dtype_it_set_along():
+    # test/inprocess.py: a scenario run here leaves this process as a real run leaves its parent
+    # (conftest_thread/'s conftest set float64, and a later test of the same worker failed on it).
+    import inprocess
     import torch
 
-    proc = helpers.pytest("conftest_thread/test_conftest_setup.py")
-    assert helpers.pytest_counts(proc.stdout) == {"passed": 3}, describe(proc)
+    with inprocess._scoped(helpers.scenario_env(), ["pytest"], [], []):
+        torch.set_default_dtype(torch.float64)
     assert torch.get_default_dtype() == torch.float32
 
 
