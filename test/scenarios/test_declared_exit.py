@@ -51,8 +51,15 @@ class DeclaredExitTest(MultiProcessTestCase):
         super().tearDownClass()
 
     def test_the_template_is_stopped_as_the_ranks_end(self):
+        started = os.path.join(os.environ["STAMP_DIR"], "rank1-started")
         if self.rank != 0:
+            open(started, "w").close()
             return
+        # Each fresh rank runs its test as soon as it is forked: rank 0 stops the template only once it
+        # has forked rank 1 (under load, it could still be forking it, and the controller then waited).
+        deadline = time.monotonic() + 30
+        while not os.path.exists(started) and time.monotonic() < deadline:
+            time.sleep(0.01)
         template = os.getppid()
         with open(STAMP + ".part", "w") as f:
             f.write(str(template))
