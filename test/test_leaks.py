@@ -238,6 +238,33 @@ def test_default_dtype_is_reported_and_put_back():
     assert torch.get_default_dtype() == torch.float32
 
 
+def test_a_change_made_while_another_thread_first_imports_a_module_is_the_tests(tmp_path, monkeypatch):
+    # Another thread (a library's worker, xdist's I/O thread) imports a module for the first time while
+    # the test changes the default dtype: the change is the test's, not the import's (it was once folded
+    # into the snapshot as the import's, and the test's leak went unreported).
+    (tmp_path / "ct_slow_import.py").write_text("import threading\nthreading.Event().wait(0.0)\n"
+                                                "import ct_slow_gate\nct_slow_gate.go.wait(10)\n")
+    gate = type(sys)("ct_slow_gate")
+    gate.go = threading.Event()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ct_slow_gate", gate)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importing = threading.Thread(target=__import__, args=("ct_slow_import",))
+
+    def change():
+        importing.start()
+        time.sleep(0.2)  # the other thread is inside its import now, waiting at the gate
+        torch.set_default_dtype(torch.float64)
+        gate.go.set()  # type: ignore[attr-defined]
+        importing.join(10)
+
+    try:
+        report = _check(change)
+        assert [leak.item for leak in report.leaks if leak.item == "torch default dtype"] == ["torch default dtype"]
+    finally:
+        torch.set_default_dtype(torch.float32)
+        sys.modules.pop("ct_slow_import", None)
+
+
 def test_environment_cwd_and_path_are_put_back(tmp_path):
     cwd, path = os.getcwd(), list(sys.path)
 

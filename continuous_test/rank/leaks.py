@@ -378,6 +378,8 @@ def take() -> Snapshot:
         _watch_thread_starts()
         _watch_first_imports()
     _import_entries.clear()  # those of earlier tests are in the snapshot now
+    global _active_thread
+    _active_thread = threading.get_ident()
     _active = Snapshot()
     return _active
 
@@ -590,6 +592,7 @@ def _set_by_import(entry: tuple, imported: List[str]) -> bool:
 
 # The snapshot of the test running now (set by take(), cleared when its check starts).
 _active: Optional[Snapshot] = None
+_active_thread: Optional[int] = None  # the thread that took the running test's snapshot (its imports fold)
 # sys.modules entries a first import set during the test (name -> the object): the import's, kept.
 _import_entries: Dict[str, Any] = {}
 # Per thread: whether a first import is in progress (only the outermost one is watched).
@@ -626,14 +629,18 @@ def _watch_first_imports() -> None:
     which every import statement and ``importlib.import_module`` call for a
     module not yet in ``sys.modules``: the wrapper reads the watched state before
     and after the outermost such import and calls the original with the same
-    arguments; a module already imported costs nothing.
+    arguments; a module already imported costs nothing.  Only the imports of the
+    thread that took the snapshot fold: while another thread imports, the test's
+    own thread may change the same state.
     """
     bootstrap = sys.modules["_frozen_importlib"]  # importlib._bootstrap, as the interpreter calls it
     original = getattr(bootstrap, "_find_and_load")
 
     def _find_and_load(name: str, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True  # noqa: F841  # pytest: not the user's frame
-        if _active is None or getattr(_in_import, "on", False):
+        # Only the test's own thread's imports: what changes while another thread imports (a library's
+        # worker, the runner's I/O thread) may be the test's own change, made at the same time.
+        if _active is None or getattr(_in_import, "on", False) or threading.get_ident() != _active_thread:
             return original(name, *args, **kwargs)
         _in_import.on = True
         try:
