@@ -26,8 +26,10 @@ The zygote refuses, and the shim then ``exec``s the real interpreter, whatever i
 cannot reproduce: another option than ``-u``/``-B``, a script on standard input, an
 interactive session, or an environment that differs from the zygote's in a variable
 that the interpreter, torch or coverage read when they start (``PYTHON*`` but
-``PYTHONPATH``, ``PYTHONUNBUFFERED`` and ``PYTHONDONTWRITEBYTECODE``; ``TORCH*``,
-``OMP_*``, ``CUDA*``, ``LD_*``, ``COV_CORE_*`` and the like).  So a run is either a
+``PYTHONPATH``, ``PYTHONUNBUFFERED`` and ``PYTHONDONTWRITEBYTECODE``; ``LD_*``,
+``OMP_*`` but ``OMP_NUM_THREADS``, ``MKL_*``, ``TORCHDYNAMO*``, ``TORCH_LOGS``,
+``COV_CORE_*`` and the like: ``_STARTUP_PREFIXES``), or multiprocessing's forkserver,
+which its starter knows by the shim's pid.  So a run is either a
 faithful fork or a real interpreter.  What a forked child has that a fresh one has not:
 torch, numpy and pytest already in ``sys.modules`` (a test about what a process
 imports runs with ``fresh=True``: ``helpers.run``), and the zygote's hash seed.
