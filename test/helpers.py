@@ -26,7 +26,17 @@ DEFAULTS = {**BISECT_ON, "CONTINUOUS_TEST_GRACE": str(config.DEFAULT_GRACE)}  # 
 
 
 def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """The environment scenario subprocesses run in: the checkout first on the path."""
+    """The environment scenario subprocesses run in: the checkout first on the path, and the zygote's socket
+    (test/zygote.py), so that what they start with ``sys.executable`` is forked too."""
+    env = _scenario_env(extra)
+    sock = zygote.socket_path()
+    if sock:
+        env.setdefault(zygote.ENV_SOCKET, sock)
+    return env
+
+
+def _scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """:func:`scenario_env` without the zygote: a run in this process starts no process that could use it."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.pop("PYTEST_ADDOPTS", None)
@@ -39,9 +49,6 @@ def scenario_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
             env.pop(key)
     env.update(QUIET)
     env[tiers.ENV_SCENARIO_RUN] = "1"  # the run's own tests are not this suite's (test/conftest.py)
-    sock = zygote.socket_path()
-    if sock:  # what a forked process starts with sys.executable is forked too (test/zygote.py)
-        env[zygote.ENV_SOCKET] = sock
     env.update(extra or {})
     return env
 
@@ -69,7 +76,7 @@ def python(scenario: str, *args: str, real: bool = False, env: Optional[Dict[str
     """``python scenarios/<scenario> args...``: in this process (test/inprocess.py) unless ``real``
     or the run needs the real process."""
     if not real and inprocess.enabled() and inprocess.reason_for_real("python", scenario, args, env, cwd) is None:
-        return inprocess.python(scenario, args, scenario_env(env), timeout)
+        return inprocess.python(scenario, args, _scenario_env(env), timeout)
     return run([sys.executable, scenario, *args], env=env, timeout=timeout, cwd=cwd)
 
 
@@ -78,7 +85,7 @@ def unittest(*args: str, real: bool = False, env: Optional[Dict[str, str]] = Non
     """``python -m unittest args...`` in the scenarios directory: in this process (test/inprocess.py)
     unless ``real`` or the run needs the real process."""
     if not real and inprocess.enabled() and inprocess.reason_for_real("unittest", args[0], args, env, None) is None:
-        return inprocess.unittest(args, scenario_env(env), timeout)
+        return inprocess.unittest(args, _scenario_env(env), timeout)
     return run([sys.executable, "-m", "unittest", *args], env=env, timeout=timeout)
 
 
@@ -88,7 +95,7 @@ def pytest(scenario: str, *args: str, real: bool = False, env: Optional[Dict[str
     process (test/inprocess.py) unless ``real`` or the run needs the real process."""
     argv = ["-p", "no:cacheprovider", "-q", scenario, *args]
     if not real and inprocess.enabled() and inprocess.reason_for_real("pytest", scenario, args, env, cwd) is None:
-        return inprocess.pytest(argv, scenario_env(env), timeout)
+        return inprocess.pytest(argv, _scenario_env(env), timeout)
     return run([sys.executable, "-m", "pytest", *argv], env=env, timeout=timeout, cwd=cwd)
 
 
@@ -97,6 +104,15 @@ def torchrun(scenario: str, nproc: int, *args: str, **kwargs) -> subprocess.Comp
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                 "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     return run([*launcher, scenario, *args], **kwargs)
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def free_port() -> int:

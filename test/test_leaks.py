@@ -32,6 +32,13 @@ from continuous_test.wire import outcome
 from continuous_test.wire.outcome import RankOutcome
 
 
+def _dtype_starts_at_float32():
+    # An earlier test of the same xdist worker sometimes leaves float64 (seen in 3 of about 10 runs, the
+    # snapshot taken before the change already float64; which test, not yet found): the change these tests
+    # make must be a change.
+    torch.set_default_dtype(torch.float32)
+
+
 def _check(change, policy="restore"):
     before = leaks.take()
     change()
@@ -233,6 +240,7 @@ def test_what_a_first_import_changes_is_the_imports_and_kept(tmp_path, monkeypat
 
 
 def test_default_dtype_is_reported_and_put_back():
+    _dtype_starts_at_float32()
     report = _check(lambda: torch.set_default_dtype(torch.float64))
     assert report.leaks == (outcome.Leak("torch default dtype", "torch.float32", "torch.float64", True),)
     assert torch.get_default_dtype() == torch.float32
@@ -450,6 +458,7 @@ def test_fail_policy_fails_and_an_unrestorable_leak_restarts_the_world():
 def test_a_leak_put_back_under_fail_fails_the_test_and_restarts_the_world():
     # Put back in the rank, and still the test's failure: the next test starts in a new world,
     # as after any failure (a passing test's verdict said to keep the world).
+    _dtype_starts_at_float32()
     report = _check(lambda: torch.set_default_dtype(torch.float64), "fail")
     assert report.policy == "fail" and [(leak.item, leak.restored) for leak in report.leaks] == \
         [("torch default dtype", True)]

@@ -26,12 +26,7 @@ SCENARIO = "test_world_faults.py"
 GONE_BOUND = 2.0  # seconds after the runner exits; from the issue, not a speed target
 
 
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
+running = helpers.running
 
 
 def children(pid: int) -> list:

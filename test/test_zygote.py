@@ -107,9 +107,9 @@ def test_signals_reach_the_child_and_a_killed_caller_takes_it_along(tmp_path):
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == code_seen, out
         deadline = time.monotonic() + 10
-        while _running(child) and time.monotonic() < deadline:
+        while helpers.running(child) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert not _running(child), f"the child outlived its caller (killed by {sig.name})"
+        assert not helpers.running(child), f"the child outlived its caller (killed by {sig.name})"
 
 
 def test_the_zygote_survives_a_caller_that_leaves_before_it_asks():
@@ -147,14 +147,6 @@ def test_a_caller_killed_after_its_request_takes_its_child_along(tmp_path):
                           text=True, timeout=60)
     assert (proc.returncode, proc.stdout) == (0, "1\n"), proc.stderr
     assert zygote.socket_path() == path, "the zygote died and was replaced"
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 if __name__ == "__main__":

@@ -373,12 +373,11 @@ def _modules_unchanged(before: Snapshot) -> bool:
 
 def take() -> Snapshot:
     """Snapshot the process-global state (:data:`WATCHED`) as it is now, for :func:`check` after a test."""
-    global _active
+    global _active, _active_thread
     if not _watching_starts:
         _watch_thread_starts()
         _watch_first_imports()
     _import_entries.clear()  # those of earlier tests are in the snapshot now
-    global _active_thread
     _active_thread = threading.get_ident()
     _active = Snapshot()
     return _active
