@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import io
+import multiprocessing
 import os
 import re
 import shutil
@@ -38,11 +39,12 @@ import tempfile
 import traceback
 import types
 import warnings
-from multiprocessing import process as mp_process, util as mp_util
+from multiprocessing import process as mp_process, spawn as mp_spawn, util as mp_util
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import tiers
+import zygote
 
 _LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_", "MPI_LOCAL")
 _LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -194,6 +196,7 @@ def _scoped(env: Dict[str, str], argv: List[str], own: List[str], paths: List[st
         del sys.modules[name]
     os.environ.clear()
     os.environ.update(env)
+    saved_executable = _fork_fresh_templates()
     os.chdir(SCENARIOS)
     sys.argv[:] = argv
     sys.path[:0] = [str(SCENARIOS), *paths]  # the script's directory, then PYTHONPATH's entries
@@ -225,6 +228,19 @@ def _scoped(env: Dict[str, str], argv: List[str], own: List[str], paths: List[st
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
+        multiprocessing.set_executable(saved_executable)
+
+
+def _fork_fresh_templates() -> str:
+    """Where this worker's zygote runs already, a fresh-interpreter template the run starts (multiprocessing's
+    forkserver, chosen when the process runs other threads) is forked from it too, as it is in a real run
+    (test/zygote.py); returns multiprocessing's executable before."""
+    before = os.fsdecode(mp_spawn.get_executable())  # bytes on POSIX: set_executable() encodes what it is given
+    running = zygote.running()
+    if running is not None:
+        os.environ[zygote.ENV_SOCKET], shim = running
+        multiprocessing.set_executable(shim)
+    return before
 
 
 def _remove_mp_tempdir(path: Optional[str]) -> None:

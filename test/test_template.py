@@ -62,6 +62,8 @@ def test_python_m_unittest_forks_the_template_before_any_test_runs():
 
 @pytest.mark.e2e
 def test_the_fresh_interpreter_template_on_request():
+    # Forked through the zygote's shim, which runs the template as its child: the ranks check their parent
+    # against the pid the template sets for them (rank/main.py), not the shim's that its starter got.
     proc = helpers.python(SCENARIO, env=dict(ENV, CONTINUOUS_TEST_START_METHOD="forkserver"), real=True)
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)

@@ -151,3 +151,24 @@ def test_a_caller_killed_after_its_request_takes_its_child_along(tmp_path):
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
+
+
+@pytest.mark.world
+def test_a_run_in_this_process_starts_its_fresh_interpreter_template_through_the_zygote():
+    # test/inprocess.py: in a worker whose zygote runs, the library's forkserver template
+    # (started when the process runs other threads) is forked as well; multiprocessing's
+    # executable is put back exactly after the run (it keeps bytes: putting back its
+    # str() grew the path at every run until a worker ran out of memory).
+    import multiprocessing.spawn
+
+    import inprocess
+
+    sock, shim = zygote.socket_path(), zygote.python()
+    before = multiprocessing.spawn.get_executable()
+    for _ in range(3):
+        with inprocess._scoped(helpers._scenario_env(), ["python"], [], []):
+            assert os.fsdecode(multiprocessing.spawn.get_executable()) == shim
+            assert os.environ[zygote.ENV_SOCKET] == sock
+        assert multiprocessing.spawn.get_executable() == before
+    proc = helpers.python("test_template.py", env={"CONTINUOUS_TEST_START_METHOD": "forkserver"})
+    assert proc.returncode == 0 and helpers.unittest_counts(proc.stderr) == {"ran": 3}, helpers.describe(proc)

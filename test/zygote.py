@@ -28,8 +28,10 @@ interactive session, or an environment that differs from the zygote's in a varia
 that the interpreter, torch or coverage read when they start (``PYTHON*`` but
 ``PYTHONPATH``, ``PYTHONUNBUFFERED`` and ``PYTHONDONTWRITEBYTECODE``; ``LD_*``,
 ``OMP_*`` but ``OMP_NUM_THREADS``, ``MKL_*``, ``TORCHDYNAMO*``, ``TORCH_LOGS``,
-``COV_CORE_*`` and the like: ``_STARTUP_PREFIXES``), or multiprocessing's forkserver,
-which its starter knows by the shim's pid.  So a run is either a
+``COV_CORE_*`` and the like: ``_STARTUP_PREFIXES``).  A forkserver (the library's
+fresh-interpreter template) is forked too: its starter knows it by the shim's pid, and
+the library's ranks check their parent against the pid the template itself sets in
+their environment.  So a run is either a
 faithful fork or a real interpreter.  What a forked child has that a fresh one has not:
 torch, numpy and pytest already in ``sys.modules`` (a test about what a process
 imports runs with ``fresh=True``: ``helpers.run``), and the zygote's hash seed.
@@ -145,6 +147,11 @@ def socket_path() -> Optional[str]:
     return started[1] if started else None
 
 
+def running() -> Optional[Tuple[str, str]]:
+    """The socket and the shim of this process's zygote if it is running now (None: it was not started)."""
+    return (_zygote[1], _zygote[2]) if _zygote and _zygote[0].poll() is None else None
+
+
 def _start() -> Optional[Tuple[subprocess.Popen, str, str]]:
     global _zygote
     if _zygote and _zygote[0].poll() is None:
@@ -207,9 +214,6 @@ def _parse(argv: List[str]) -> Tuple[Optional[dict], str]:
     if argv[i] in ("-c", "-m"):
         if i + 1 == len(argv):
             return None, f"{argv[i]} without an argument"
-        if argv[i] == "-c" and "multiprocessing.forkserver" in argv[i + 1]:
-            # Known by the pid its starter got (the shim's): the library's ranks check that their parent is it.
-            return None, "multiprocessing's forkserver"
         return {"kind": argv[i], "what": argv[i + 1], "args": argv[i + 2:], "flags": sorted(flags)}, ""
     return {"kind": "script", "what": argv[i], "args": argv[i + 1:], "flags": sorted(flags)}, ""
 

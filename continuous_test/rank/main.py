@@ -46,7 +46,7 @@ from continuous_test.rank.run import (
     template_cuda_initialized,
 )
 from continuous_test.wire import kept, messages
-from continuous_test.wire.env import ENV_RANK_MARKER
+from continuous_test.wire.env import ENV_RANK_MARKER, ENV_TEMPLATE_PID
 from continuous_test.wire.messages import (
     Assign,
     DumpStacks,
@@ -183,7 +183,7 @@ def _adopt(spec: RankSpec) -> None:
         pass
     if spec.parent_pid and spec.parent_pid != spec.controller_pid and LIBC is not None and sys.platform == "linux":
         LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != spec.parent_pid:  # the template died before the call above
+        if os.getppid() != _template_pid(spec):  # the template died before the call above
             os._exit(EXIT_CONTROLLER_GONE)
     from multiprocessing import forkserver
 
@@ -194,6 +194,18 @@ def _adopt(spec: RankSpec) -> None:
         except OSError:
             pass
         setattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+
+
+def _template_pid(spec: RankSpec) -> int:
+    """The pid of the template that forked this rank, as the template itself knows it.
+
+    The controller knows the pid that starting the template returned, which is a
+    wrapper's where ``sys.executable`` is a wrapper that runs the interpreter as its
+    child instead of exec'ing it; the template sets its own pid in the environment
+    that its ranks inherit (:mod:`continuous_test.template.at_exit`).
+    """
+    own = os.environ.get(ENV_TEMPLATE_PID, "")
+    return int(own) if own.isdigit() else spec.parent_pid
 
 
 def rank_main(spec: RankSpec, conn, control) -> None:
