@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import helpers
 import pytest
 import torch
 import torch.distributed as dist
@@ -257,7 +258,7 @@ def test_no_warning_without_comm_hook(
 def test_scenario_shrink_grow_and_compile_across_four_ranks() -> None:
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
     result = subprocess.run(
-        [sys.executable, str(SCENARIO)],
+        [helpers.interpreter(), str(SCENARIO)],  # forked from the zygote, and so are its spawned ranks
         capture_output=True,
         text=True,
         timeout=300,

@@ -220,7 +220,9 @@ def test_the_install_steps_work_literally_in_a_fresh_venv(tmp_path):
     # bash script in an empty directory, exactly as written, but for the clone URL
     # (this checkout's committed tree) and one pip setting: this machine reaches no
     # index but PyPI, so the unreachable one is not retried (PIP_RETRIES=0), and pip
-    # takes torch's CPU wheel from its configured local sources instead.
+    # takes torch's CPU wheel from its configured local sources instead; and pip does not
+    # byte-compile what it installs (PIP_NO_COMPILE=0: pip reads the variable of a --no-*
+    # switch inverted), 13 s of CPU for torch's 5,000 files that change no step's outcome.
     import os
     import subprocess
 
@@ -236,6 +238,7 @@ def test_the_install_steps_work_literally_in_a_fresh_venv(tmp_path):
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
                                   if not p.startswith(str(ROOT)) and not p.startswith(sys.prefix))
     env["PIP_RETRIES"] = "0"
+    env["PIP_NO_COMPILE"] = "0"
     proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, describe(proc)
