@@ -504,8 +504,31 @@ def default_backend() -> Optional[str]:
     return None if accelerator() is not None else "gloo"
 
 
+# Set True on a class that keeps torch's defaults (the torch_compat bases); for other
+# classes :func:`keeps_torch_defaults` decides by the file that defines them.
+TORCH_DEFAULTS_ATTR = "_ct_torch_defaults"
+_TORCH_RUN_TESTS = "torch.testing._internal.common_utils"
+
+
+def keeps_torch_defaults(cls: type) -> bool:
+    """Whether ``cls`` counts and sizes as torch's harness does: a torch_compat base, or a class in a file
+    written for torch's harness (one that runs torch's ``run_tests``).
+
+    Such a class with no ``world_size`` runs on the device count of its device type
+    (1 on CPU), and a rank's failed assertion is an error
+    (:class:`~continuous_test.errors.RankFailedError`), as torch's parent process
+    reports every rank failure.  The file decides, not the runner, so ``python
+    file.py`` and pytest give the same worlds.
+    """
+    for klass in cls.__mro__:
+        if TORCH_DEFAULTS_ATTR in vars(klass):
+            return bool(vars(klass)[TORCH_DEFAULTS_ATTR])
+    runner = getattr(sys.modules.get(cls.__module__), "run_tests", None)
+    return getattr(runner, "__module__", None) == _TORCH_RUN_TESTS
+
+
 def _default_world_size(cls: type, device: str) -> int:
-    if device == "cpu":
+    if device == "cpu" and not keeps_torch_defaults(cls):
         return DEFAULT_CPU_WORLD_SIZE
     count = device_count(device)
     if count == 0:

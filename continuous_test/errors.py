@@ -13,6 +13,7 @@ __all__ = [
     "RemoteError",
     "RemoteAssertionError",
     "RankDiedError",
+    "RankFailedError",
     "RankTimeoutError",
     "RankStuckError",
     "InconsistentSkipError",
@@ -49,6 +50,10 @@ class RemoteError(Exception):
 
 class RemoteAssertionError(RemoteError, AssertionError):
     """A rank's failed assertion that could not travel: still a unittest failure, not an error."""
+
+
+class RankFailedError(RuntimeError):
+    """A rank's failed assertion in a class that keeps torch's counts: an error, as torch's harness reports it."""
 
 
 class RankDiedError(RuntimeError):

@@ -12,6 +12,7 @@ idiom on undecorated test methods, ``assertRaisesRegex`` (which torch's
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 import unittest
 from concurrent.futures import ThreadPoolExecutor
@@ -106,6 +107,37 @@ def test_same_counts_as_torch(name):
         counts = pytest_counts(procs["ours, pytest"].stdout)
         counts.pop("subtests", None)  # run_subtests' blocks, which unittest's summary does not count
         assert counts == expected, describe(procs["ours, pytest"])
+
+
+# test_torch_counts.py under torch 2.13.0's own classes on CPU (CT_COMPAT_BASE=torch):
+# 1 rank for each class with no world_size, and rank 1's failed assertion an error.
+TORCH_COUNTS = {"ran": 3, "errors": 1}
+
+
+def _sizes(output: str) -> dict:
+    return dict(re.findall(r"(\w+Test) world size (\d+)", output))
+
+
+@pytest.mark.e2e
+def test_a_file_for_torchs_harness_keeps_torchs_default_world_size_and_errors():
+    # A file that runs torch's run_tests keeps torch's counts (config.keeps_torch_defaults);
+    # the same classes under continuous_test's run_tests take this library's defaults.
+    import torch
+
+    no_accelerator = torch.accelerator.current_accelerator() is None  # torch's classes skip on a CUDA build without GPUs
+    bases = ("torch", "ours") if torch_runs_live() and no_accelerator else ("ours",)
+    runs = {base: (lambda base=base: helpers.python("test_torch_counts.py", cwd=COMPAT, env=compat_env(base),
+                                                      timeout=COMPAT_TIMEOUT)) for base in bases}
+    runs["our runner"] = lambda: helpers.python("test_torch_counts.py", cwd=COMPAT, env={"CT_RUNNER": "ours"},
+                                                timeout=COMPAT_TIMEOUT)
+    procs = run_all(runs)
+    for base in bases:
+        assert unittest_counts(procs[base].stderr) == TORCH_COUNTS, describe(procs[base])
+        assert "ERROR: test_rank_1_fails" in procs[base].stderr, describe(procs[base])
+        assert _sizes(procs[base].stdout + procs[base].stderr) == {"UnsizedTest": "1", "UnsizedDTensorTest": "1"}, describe(procs[base])
+    ours = procs["our runner"]
+    assert unittest_counts(ours.stderr) == {"ran": 3, "failures": 1}, describe(ours)
+    assert _sizes(ours.stdout + ours.stderr) == {"UnsizedTest": "2", "UnsizedDTensorTest": "1"}, describe(ours)  # a torch base: torch's
 
 
 def test_local_tensor_variants_of_our_bases_run_in_this_process():

@@ -27,6 +27,8 @@ _BACKENDS = (("cuda", "nccl"), ("hpu", "hccl"), ("xpu", "xccl"))
 class DistributedTestBase(MultiProcessTestCase):
     """torch's ``DistributedTestBase``: ranks start in ``setUp``, tests call ``create_pg(device)``."""
 
+    _ct_torch_defaults = True  # config.keeps_torch_defaults: torch's default world size, rank failures as errors
+
     def setUp(self) -> None:
         """Start this test's ranks (controller side), as torch's class does."""
         super().setUp()

@@ -61,6 +61,8 @@ def too_few_devices(world_size: int) -> Any:
 class DTensorTestBase(DTensorTestMixin, MultiProcessTestCase):
     """torch's ``DTensorTestBase``: fresh ranks per test; ``@with_comms`` builds the process group."""
 
+    _ct_torch_defaults = True  # config.keeps_torch_defaults: torch's default world size, rank failures as errors
+
     world_size = borrow(_TORCH_BASE, "world_size")
     backend = borrow(_TORCH_BASE, "backend")
     init_pg = borrow(_TORCH_BASE, "init_pg")
@@ -74,6 +76,8 @@ class DTensorTestBase(DTensorTestMixin, MultiProcessTestCase):
 
 class DTensorContinuousTestBase(DTensorTestMixin, MultiProcContinuousTest):  # type: ignore[misc]  # device_type: torch's property
     """torch's ``DTensorContinuousTestBase``: one world per class; setUp/tearDown run on every rank."""
+
+    _ct_torch_defaults = True  # config.keeps_torch_defaults: torch's default world size, rank failures as errors
 
     world_size = -2  # torch's "unset": the default world size
     backend_str = borrow(_torch_dtensor.DTensorContinuousTestBase, "backend_str")

@@ -47,6 +47,8 @@ _TORCH_TEST = _torch_fsdp.FSDPTest
 class FSDPTest(FSDPTestMixin, MultiProcessTestCase):
     """torch's ``FSDPTest``: fresh ranks per test, each entering through torch's own ``FSDPTest._run``."""
 
+    _ct_torch_defaults = True  # config.keeps_torch_defaults: torch's default world size, rank failures as errors
+
     world_size = borrow(_TORCH_TEST, "world_size")
     process_group = borrow(_TORCH_TEST, "process_group")
     destroy_pg_upon_exit = borrow(_TORCH_TEST, "destroy_pg_upon_exit")
@@ -73,6 +75,8 @@ def _bind_device(rank: int) -> list:
 
 class FSDPTestContinuous(FSDPTestMixin, MultiProcContinuousTest):
     """torch's ``FSDPTestContinuous``: one world per class; setUp/tearDown run on every rank."""
+
+    _ct_torch_defaults = True  # config.keeps_torch_defaults: torch's default world size, rank failures as errors
 
     world_size: int = _torch_fsdp.DEVICE_COUNT
     backend_str = borrow(_torch_fsdp.FSDPTestContinuous, "backend_str")

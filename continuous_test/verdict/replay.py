@@ -18,7 +18,14 @@ from __future__ import annotations
 import unittest
 from typing import Callable, Optional
 
-from continuous_test import _role
+from continuous_test import _role, config
+from continuous_test.errors import (
+    ExpectMismatchError,
+    InconsistentSkipError,
+    LeakError,
+    RankFailedError,
+    UnexpectedEndingError,
+)
 from continuous_test.verdict.leaks import warn
 from continuous_test.verdict.merge import Status, Verdict
 
@@ -66,6 +73,7 @@ def raise_verdict(case: Optional[unittest.TestCase], verdict: Verdict, fn: Optio
     __tracebackhide__ = True  # noqa: F841 - pytest starts the report at the ranks' tracebacks
     if verdict.leak_report and not _role.rank():  # launched: rank 0 reports for every rank
         warn(verdict, fn if case is None else getattr(case, case._testMethodName, None))
+    as_errors = case is not None and config.keeps_torch_defaults(type(case))
     for sid, sub in verdict.subtests:
         if case is None:  # a plain function has no subtests to report into
             if sub.status is Status.FAIL:
@@ -73,8 +81,8 @@ def raise_verdict(case: Optional[unittest.TestCase], verdict: Verdict, fn: Optio
             continue
         params = {k: ReprValue(v) for k, v in sid.params}
         with case.subTest(sid.message, **params) if sid.message is not None else case.subTest(**params):
-            _raise_status(sub)
-    _raise_status(verdict)
+            _raise_status(sub, as_errors)
+    _raise_status(verdict, as_errors)
 
 
 # Set on an error raised from a verdict: its frames here are the runner's and the
@@ -82,17 +90,31 @@ def raise_verdict(case: Optional[unittest.TestCase], verdict: Verdict, fn: Optio
 VERDICT_ATTR = "ct_verdict"
 
 
-def _raise_status(verdict: Verdict) -> None:
+# Failed assertions of the harness's own, which stay failures under torch's counts too.
+_HARNESS_FAILURES = (InconsistentSkipError, UnexpectedEndingError, ExpectMismatchError, LeakError)
+
+
+def _raise_status(verdict: Verdict, as_errors: bool = False) -> None:
     __tracebackhide__ = True  # noqa: F841
     if verdict.status is Status.SKIP:
         raise unittest.SkipTest(verdict.skip_reason or "")
     if verdict.status is Status.FAIL:
         error = verdict.error
+        if as_errors and isinstance(error, AssertionError) and not isinstance(error, _HARNESS_FAILURES):
+            error = _as_error(error)
         try:
             setattr(error, VERDICT_ATTR, True)
         except Exception:  # an exception type that takes no attributes
             pass
         raise error  # type: ignore[misc]
+
+
+def _as_error(failure: AssertionError) -> RankFailedError:
+    """A rank's failed assertion as torch's harness reports it: an error, with the same report and causes."""
+    error = RankFailedError(str(failure))
+    error.__dict__.update(failure.__dict__)  # the report's parts (ct_ranks, ct_sections, ...)
+    error.__cause__ = failure.__cause__  # the ranks' tracebacks
+    return error
 
 
 class ReprValue(str):
