@@ -40,7 +40,7 @@ def rebase(torch_cls: type, replacements: Mapping[type, type], module: str,
            extra: Optional[Mapping[str, Any]] = None) -> type:
     """torch's class ``torch_cls`` built again with each of its bases that is a key of ``replacements`` replaced.
 
-    The new class has torch's name and qualified name, lives in ``module`` (where the
+    The new class has torch's name, lives in ``module`` under that name (where the
     caller binds it, so that it pickles), and holds torch's own attributes; a function
     whose zero-argument ``super()`` (its ``__class__`` cell) named ``torch_cls`` is
     copied with a cell that names the new class.  ``extra`` adds or overrides
@@ -57,6 +57,7 @@ def rebase(torch_cls: type, replacements: Mapping[type, type], module: str,
             for name, value in vars(torch_cls).items() if name not in _NOT_COPIED}
     body.update(extra or {})
     body["__module__"] = module
+    body["__qualname__"] = torch_cls.__name__
     new_cls = types.new_class(torch_cls.__name__, bases, exec_body=lambda ns: ns.update(body))
     cell.cell_contents = new_cls
     return new_cls
