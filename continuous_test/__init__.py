@@ -53,7 +53,7 @@ _WHERE = {
     "DistributedTestBase": "continuous_test.torch_compat.distributed",
     "DynamoDistributedMultiProcTestCase": "continuous_test.torch_compat.derived",
     "C10dTorchCommsTestBase": "continuous_test.torch_compat.derived",
-    "ShardedTensorTestBase": "continuous_test.torch_compat.sharded_tensor",
+    "ShardedTensorTestBase": "continuous_test.torch_compat.derived",
     "DTensorTestBase": "continuous_test.torch_compat.dtensor",
     "DTensorContinuousTestBase": "continuous_test.torch_compat.dtensor",
     "DTensorOpTestBase": "continuous_test.torch_compat.dtensor",

@@ -15,7 +15,12 @@ along the new class's MRO instead of torch's.  No torch code is copied here.
 * ``C10dTorchCommsTestBase`` (``common_distributed``, on ``MultiProcContinuousTest``):
   one world per class; its ``setUp`` skips where torchcomms lacks the backend, as
   torch's does, and its ``_init_pg`` turns torchcomms on before the default group;
-* ``ShardedTensorTestBase`` (:mod:`continuous_test.torch_compat.sharded_tensor`).
+* ``ShardedTensorTestBase`` (``distributed._shard.sharded_tensor``, on
+  ``MultiProcessTestCase``): fresh ranks per test, ``world_size`` 4 as torch's, and
+  torch's ``init_pg``, ``init_rpc``, ``init_comms``, ``destroy_comms`` and
+  ``assert_sharded_tensor_equal``.  torch's ``with_comms`` of that module works on it
+  as it is (it skips with torch's exit code where the backend needs more
+  accelerators, then calls ``init_comms``).
 """
 from __future__ import annotations
 
@@ -23,11 +28,13 @@ import types
 from typing import Any, Dict, Mapping, Optional
 
 from torch.testing._internal import common_distributed as _torch_distributed
+from torch.testing._internal.distributed._shard import sharded_tensor as _torch_sharded_tensor
 
 from continuous_test.case import MultiProcContinuousTest
+from continuous_test.multiprocess import MultiProcessTestCase
 from continuous_test.torch_compat.distributed import DistributedTestBase
 
-__all__ = ["rebase", "DynamoDistributedMultiProcTestCase", "C10dTorchCommsTestBase"]
+__all__ = ["rebase", "DynamoDistributedMultiProcTestCase", "C10dTorchCommsTestBase", "ShardedTensorTestBase"]
 
 # Hide this module's frames from unittest tracebacks.
 __unittest = True
@@ -72,7 +79,7 @@ def _rebound(value: Any, old: type, cell: Any, seen: Dict[int, Any]) -> Any:
         accessors = [_rebound(f, old, cell, seen) for f in (value.fget, value.fset, value.fdel)]
         if all(new is f for new, f in zip(accessors, (value.fget, value.fset, value.fdel))):
             return value
-        return type(value)(*accessors, value.__doc__)
+        return type(value)(accessors[0], accessors[1], accessors[2], value.__doc__)
     if isinstance(value, types.FunctionType):
         return _rebound_function(value, old, cell, seen)
     return value
@@ -136,3 +143,7 @@ DynamoDistributedMultiProcTestCase = rebase(
 C10dTorchCommsTestBase = rebase(
     _torch_distributed.C10dTorchCommsTestBase,
     {_torch_distributed.MultiProcContinuousTest: MultiProcContinuousTest}, __name__)
+
+ShardedTensorTestBase = rebase(
+    _torch_sharded_tensor.ShardedTensorTestBase,
+    {_torch_distributed.MultiProcessTestCase: MultiProcessTestCase}, __name__)
