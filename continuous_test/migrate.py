@@ -11,6 +11,13 @@ forked from installs the same replacement for good
 (:mod:`continuous_test.template.preload_migration`), so a rank defines the class exactly
 as the controller did.  Outside pytest (``python file.py``) a file migrates by its
 own import line instead.
+
+The bases torch derives in its own helper modules (``DynamoDistributedMultiProcTestCase``,
+``C10dTorchCommsTestBase``, ``ShardedTensorTestBase``) are names in :data:`REPLACED`
+too.  :func:`install` imports every module of :data:`REPLACED`, and every replacement,
+before it changes any name: a helper module is therefore always defined on torch's
+bases, whichever directory pytest collects first, and only the migrated modules'
+imports see continuous_test's classes in it.
 """
 from __future__ import annotations
 
@@ -25,14 +32,17 @@ __all__ = ["REPLACED", "install", "restore", "replaced", "in_use", "pytest_pycol
 _COMMON_DISTRIBUTED = "torch.testing._internal.common_distributed"
 _COMMON_DTENSOR = "torch.testing._internal.distributed._tensor.common_dtensor"
 _COMMON_FSDP = "torch.testing._internal.common_fsdp"
+_SHARDED_TENSOR = "torch.testing._internal.distributed._shard.sharded_tensor"
 
 # torch's module -> the names in it that continuous_test exports an engine version of.
 # Helpers continuous_test re-exports as torch's own objects (run_subtests,
 # with_comms, the threaded bases) are the same objects either way and are left out.
 REPLACED = {
-    _COMMON_DISTRIBUTED: ("MultiProcessTestCase", "MultiProcContinuousTest", "DistributedTestBase"),
+    _COMMON_DISTRIBUTED: ("MultiProcessTestCase", "MultiProcContinuousTest", "DistributedTestBase",
+                          "DynamoDistributedMultiProcTestCase", "C10dTorchCommsTestBase"),
     _COMMON_DTENSOR: ("DTensorTestBase", "DTensorContinuousTestBase"),
     _COMMON_FSDP: ("FSDPTest", "FSDPTestContinuous"),
+    _SHARDED_TENSOR: ("ShardedTensorTestBase",),
 }
 
 Saved = List[Tuple[Any, str, Any]]
@@ -41,12 +51,15 @@ _used = False  # set once a migrated module was imported: the template then inst
 
 def install() -> Saved:
     """Make torch's names (:data:`REPLACED`) continuous_test's; returns what :func:`restore` puts back."""
+    # First every import, then every change: a torch module imported for the first time
+    # while another one's names were ours would define its classes on ours, for good.
+    swaps = [(importlib.import_module(module_name), name) for module_name, names in REPLACED.items()
+             for name in names]
+    ours = [getattr(continuous_test, name) for _, name in swaps]
     saved: Saved = []
-    for module_name, names in REPLACED.items():
-        module = importlib.import_module(module_name)
-        for name in names:
-            saved.append((module, name, getattr(module, name)))
-            setattr(module, name, getattr(continuous_test, name))
+    for (module, name), value in zip(swaps, ours):
+        saved.append((module, name, getattr(module, name)))
+        setattr(module, name, value)
     return saved
 
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+import types
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from unittest import mock
 
 import helpers
 import pytest
@@ -41,6 +43,7 @@ EXPECTED = {
     "test_dtensor_bases.py": {"ran": 15, "skipped": 2},
     "test_fsdp_bases.py": {"ran": 7, "skipped": 4},
     "test_local_tensor_variants.py": {"ran": 14, "skipped": 1},
+    "test_derived_bases.py": {"ran": 8, "skipped": 5},
 }
 
 
@@ -53,7 +56,7 @@ COMPAT_TIMEOUT = 1800
 TORCH_CRASH = "terminate called without an active exception"
 
 # Files also run through pytest, under continuous_test's classes.
-UNDER_PYTEST = {"test_collectives.py", "test_dtensor_bases.py", "test_fsdp_bases.py", "test_local_tensor_variants.py"}
+UNDER_PYTEST = {"test_collectives.py", "test_derived_bases.py", "test_dtensor_bases.py", "test_fsdp_bases.py", "test_local_tensor_variants.py"}
 
 
 def compat_env(base: str) -> dict:
@@ -208,7 +211,162 @@ def test_conftest_line_migrates_a_directory():
     procs = run_all(runs)
     for engine, proc in procs.items():
         assert proc.returncode == 0, f"under {engine}:\n{describe(proc)}"
-        assert pytest_counts(proc.stdout) == {"passed": 4, "skipped": 1}, describe(proc)
+        assert pytest_counts(proc.stdout) == {"passed": 6, "skipped": 1}, describe(proc)
+
+
+# Each directory's module checks which engine the bases it imports from torch's helper
+# modules are on; only the directory whose conftest.py asks may get continuous_test's.
+ORDER_PROBE = """
+from torch.testing._internal.common_distributed import (
+    C10dTorchCommsTestBase, DynamoDistributedMultiProcTestCase, MultiProcessTestCase)
+from torch.testing._internal.distributed._shard.sharded_tensor import ShardedTensorTestBase
+from torch.testing._internal.distributed._tensor.common_dtensor import DTensorTestBase
+
+EXPECTED = {expected!r}
+
+
+class Sharded(ShardedTensorTestBase):
+    pass
+
+
+def engine(cls):
+    return "ours" if any(c.__module__.startswith("continuous_test.") for c in cls.__mro__) else "torch"
+
+
+def test_bases():
+    classes = (Sharded, ShardedTensorTestBase, DynamoDistributedMultiProcTestCase, C10dTorchCommsTestBase,
+               DTensorTestBase, MultiProcessTestCase)
+    assert {{cls.__name__: engine(cls) for cls in classes}} == {{cls.__name__: EXPECTED for cls in classes}}
+"""
+
+
+@pytest.mark.e2e
+def test_conftest_route_migrates_exactly_the_directories_that_ask_in_any_order(tmp_path):
+    # "asks" has the conftest line, "plain" not; the first one pytest collects imports
+    # torch's helper modules (sharded_tensor's, common_dtensor) first in the process.
+    (tmp_path / "asks").mkdir()
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "asks" / "conftest.py").write_text(
+        "from continuous_test.migrate import pytest_pycollect_makemodule  # noqa: F401\n")
+    (tmp_path / "asks" / "test_asks.py").write_text(ORDER_PROBE.format(expected="ours"))
+    (tmp_path / "plain" / "test_plain.py").write_text(ORDER_PROBE.format(expected="torch"))
+    procs = run_all({order: (lambda order=order: helpers.pytest(*order, real=True, cwd=tmp_path))
+                     for order in (("asks", "plain"), ("plain", "asks"))})
+    for order, proc in procs.items():
+        assert pytest_counts(proc.stdout) == {"passed": 2}, f"collected in the order {order}:\n{describe(proc)}"
+
+
+def test_derived_bases_are_rebuilt_on_ours_and_exported():
+    from torch.testing._internal import common_distributed
+    from torch.testing._internal.distributed._shard import sharded_tensor
+
+    import continuous_test
+    from continuous_test import C10dTorchCommsTestBase, DistributedTestBase, DynamoDistributedMultiProcTestCase
+    from continuous_test import MultiProcContinuousTest, MultiProcessTestCase, ShardedTensorTestBase
+
+    for cls, torch_cls, base in (
+            (DynamoDistributedMultiProcTestCase, common_distributed.DynamoDistributedMultiProcTestCase,
+             DistributedTestBase),
+            (C10dTorchCommsTestBase, common_distributed.C10dTorchCommsTestBase, MultiProcContinuousTest),
+            (ShardedTensorTestBase, sharded_tensor.ShardedTensorTestBase, MultiProcessTestCase)):
+        assert cls.__name__ in continuous_test.__all__
+        assert cls is not torch_cls and cls.__bases__ == (base,) and cls.__name__ == torch_cls.__name__
+        assert base not in torch_cls.__mro__  # torch's own class is left as it was
+        # torch's own function objects, where they do not call super()
+        for name, value in vars(torch_cls).items():
+            if name.startswith("__") or not isinstance(value, (types.FunctionType, classmethod, staticmethod,
+                                                                  property)):
+                continue  # unittest gives each class its own _class_cleanups
+            func = getattr(value, "__func__", getattr(value, "fget", value))
+            if "__class__" not in getattr(getattr(func, "__code__", None), "co_freevars", ()):
+                assert vars(cls)[name] is value, f"{cls.__name__}.{name}"
+    # The methods that call super() continue along the new class's MRO.
+    assert DynamoDistributedMultiProcTestCase._run.__func__ is \
+        common_distributed.DynamoDistributedMultiProcTestCase._run.__func__
+    assert vars(C10dTorchCommsTestBase)["setUp"].__closure__[0].cell_contents is C10dTorchCommsTestBase
+    assert vars(ShardedTensorTestBase)["setUp"].__closure__[0].cell_contents is ShardedTensorTestBase
+
+
+def test_rebase_rebinds_zero_argument_super():
+    import functools
+
+    from continuous_test.torch_compat.derived import rebase
+
+    calls = []
+
+    class TorchBase:
+        def setUp(self):
+            calls.append("torch base")
+
+        @classmethod
+        def init(cls):
+            calls.append(f"torch base init of {cls.__name__}")
+
+    class OurBase(TorchBase):
+        def setUp(self):
+            calls.append("our base")
+
+        @classmethod
+        def init(cls):
+            calls.append(f"our base init of {cls.__name__}")
+
+    def logged(fn):
+        @functools.wraps(fn)
+        def wrapper(self):
+            calls.append("wrapper")
+            return fn(self)
+        return wrapper
+
+    class Derived(TorchBase):
+        """torch's docstring."""
+        value = 3
+
+        @logged
+        def setUp(self):
+            super().setUp()
+            calls.append("derived")
+
+        @classmethod
+        def init(cls):
+            super().init()
+
+        @property
+        def me(self):
+            return __class__  # noqa: F821 - the cell super() uses
+
+        def plain(self):
+            return self.value
+
+    New = rebase(Derived, {TorchBase: OurBase}, __name__)
+    assert (New.__name__, New.__qualname__, New.__module__, New.__doc__) == (
+        "Derived", "Derived", __name__, "torch's docstring.")
+    assert New.__mro__ == (New, OurBase, TorchBase, object)
+    New().setUp()
+    New.init()
+    assert calls == ["wrapper", "our base", "derived", "our base init of Derived"]
+    assert New().me is New and Derived().me is Derived
+    assert vars(New)["plain"] is vars(Derived)["plain"] and New().plain() == 3
+    calls.clear()
+    Derived().setUp()  # torch's class is unchanged
+    assert calls == ["wrapper", "torch base", "derived"]
+    with pytest.raises(TypeError, match=r"rebase\(.*Derived\): none of its bases \(.*TorchBase\) is a key"):
+        rebase(Derived, {OurBase: TorchBase}, __name__)
+
+
+def test_dynamo_base_without_accelerators_skips_with_a_reason():
+    # torch's world_size is the accelerator count: 0 here; torch reports such a test passed unrun.
+    from continuous_test import DynamoDistributedMultiProcTestCase
+
+    class NoWorldSize(DynamoDistributedMultiProcTestCase):
+        def test_x(self):
+            pass
+
+    result = unittest.TestResult()
+    with mock.patch("torch.accelerator.device_count", return_value=0):
+        NoWorldSize("test_x").run(result)
+    assert (result.testsRun, result.errors, result.failures) == (1, [], [])
+    assert "NoWorldSize.world_size is 0" in result.skipped[0][1]
+    assert "NoWorldSize a world_size" in result.skipped[0][1]
 
 
 def test_migrate_replaces_torch_names_only_while_importing(monkeypatch):
@@ -225,6 +383,22 @@ def test_migrate_replaces_torch_names_only_while_importing(monkeypatch):
         assert common_dtensor.DTensorTestBase is DTensorTestBase
     assert common_dtensor.DTensorTestBase is torch_base
     assert migrate.in_use()
+
+
+def test_migrate_replaces_torchs_derived_bases_only_while_importing(monkeypatch):
+    from torch.testing._internal import common_distributed
+    from torch.testing._internal.distributed._shard import sharded_tensor
+
+    import continuous_test
+    from continuous_test import migrate
+
+    monkeypatch.setattr(migrate, "_used", False)
+    names = ((common_distributed, "DynamoDistributedMultiProcTestCase"),
+             (common_distributed, "C10dTorchCommsTestBase"), (sharded_tensor, "ShardedTensorTestBase"))
+    torchs = [getattr(module, name) for module, name in names]
+    with migrate.replaced():
+        assert [getattr(module, name) for module, name in names] == [getattr(continuous_test, n) for _, n in names]
+    assert [getattr(module, name) for module, name in names] == torchs
 
 
 def test_template_preloads_torch_testing_helpers_and_the_migration(monkeypatch):

@@ -1,4 +1,4 @@
-"""A torch-only DTensor and FSDP file, migrated by its directory's ``conftest.py`` alone.
+"""A torch-only DTensor, FSDP, sharded tensor and dynamo file, migrated by its directory's ``conftest.py`` alone.
 
 The file imports nothing from ``continuous_test``.  Under pytest with the
 ``conftest.py`` of this directory its bases are continuous_test's; with
@@ -11,7 +11,7 @@ import os
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-from torch.testing._internal.common_distributed import MultiProcContinuousTest
+from torch.testing._internal.common_distributed import DynamoDistributedMultiProcTestCase, MultiProcContinuousTest
 from torch.testing._internal.common_fsdp import FSDPTest
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
@@ -19,6 +19,8 @@ from torch.testing._internal.distributed._tensor.common_dtensor import (
     DTensorTestBase,
     with_comms,
 )
+from torch.testing._internal.distributed._shard.sharded_tensor import ShardedTensorTestBase
+from torch.testing._internal.distributed._shard.sharded_tensor import with_comms as with_sharded_comms
 
 EXPECTED_ENGINE = os.environ.get("CT_EXPECT_ENGINE", "ours")
 
@@ -59,6 +61,28 @@ class MigratedContinuousTest(DTensorContinuousTestBase):
 
 class MigratedFSDPTest(FSDPTest):
     def test_skipped_on_cpu(self):
+        self.assertEqual(engine(type(self)), EXPECTED_ENGINE)
+
+
+class MigratedShardedTest(ShardedTensorTestBase):
+    """A base torch derives in a helper module of its own: migrated too, in the controller and the ranks."""
+
+    @property
+    def world_size(self):
+        return 2
+
+    @with_sharded_comms(init_rpc=False, backend="gloo")
+    def test_engine_in_rank(self):
+        self.assertEqual(engine(type(self)), EXPECTED_ENGINE)
+        self.assertEqual(engine(ShardedTensorTestBase), EXPECTED_ENGINE)
+
+
+class MigratedDynamoTest(DynamoDistributedMultiProcTestCase):
+    @property
+    def world_size(self):
+        return 2
+
+    def test_engine_in_rank(self):
         self.assertEqual(engine(type(self)), EXPECTED_ENGINE)
 
 
