@@ -679,10 +679,11 @@ def _note_where_fixtures_run(item: pytest.Item, excinfo: Any) -> None:
     if NO_DEFAULT_GROUP not in str(excinfo.value) or _test_class(item) is None:
         return
     from continuous_test.launched.detect import detect
+    from continuous_test.verdict.report import add_note  # Python 3.10 has no BaseException.add_note
 
-    if detect().is_launcher or not hasattr(excinfo.value, "add_note"):
+    if detect().is_launcher:
         return
-    excinfo.value.add_note(NO_GROUP_IN_A_FIXTURE.format(fixture=_raising_fixture(item, excinfo), test=item.nodeid))
+    add_note(excinfo.value, NO_GROUP_IN_A_FIXTURE.format(fixture=_raising_fixture(item, excinfo), test=item.nodeid))
 
 
 def _raising_fixture(item: pytest.Item, excinfo: Any) -> str:
