@@ -497,7 +497,7 @@ def test_bad_policy_names_its_source():
 # -- scenarios: a leaking test before a sensitive one, in one shared world -------------
 
 import helpers  # noqa: E402
-from helpers import describe, pytest_counts, unittest_counts  # noqa: E402
+from helpers import describe, pytest_counts, unittest_counts, verbose_name  # noqa: E402
 
 NO_BISECT = {config.ENV_BISECT: "off"}
 DTYPE_LINE = "  left torch default dtype changed: torch.float32 \u2192 torch.float64 (ranks 0, 1)"
@@ -591,7 +591,7 @@ def test_what_a_first_import_sets_for_itself_is_kept_and_not_reported():
     proc = helpers.python("test_leak_rules.py", "-v", "ImportTimeTest", env={**LEAK_RULES, config.ENV_LEAKS: "fail"})
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
     for test in ("test_a_first_import", "test_b_needs_what_the_import_set", "test_c_torch_sets_its_cache_dir"):
-        assert f"{test} (__main__.ImportTimeTest.{test}) ... ok" in proc.stderr, describe(proc)
+        assert f"{verbose_name(test, 'ImportTimeTest')} ... ok" in proc.stderr, describe(proc)
     assert "left environment variable LEAK_RULES_VAR changed: unset \u2192 '1' (ranks 0, 1)" in proc.stderr, describe(proc)
     assert "TORCHINDUCTOR_CACHE_DIR" not in proc.stderr, describe(proc)
 
