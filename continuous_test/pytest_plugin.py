@@ -841,7 +841,10 @@ def _print_once(error: BaseException) -> None:
     then the report's sections (:func:`pytest_runtest_makereport`), which hold
     the same: the exception keeps only the report's head and notes.
     """
-    head = getattr(error, "ct_head")
+    from continuous_test.verdict.report import JOINED_NOTES
+
+    # Python 3.10 has no __notes__: there the notes joined the report (verdict.report.join_note).
+    head = getattr(error, "ct_head") + "".join(f"\n{note}" for note in getattr(error, JOINED_NOTES, ()))
     if "ct_report" in vars(error):  # a rank's own exception type, headed by the report
         error.ct_report = head  # type: ignore[attr-defined]
     else:
