@@ -147,6 +147,14 @@ def decorator_skips_counted() -> bool:
     return result.testsRun == 1
 
 
+def notes(error: BaseException) -> list:
+    """The notes added to ``error``: its ``__notes__``, or on Python 3.10, which has none, those that
+    ``continuous_test.verdict.report.join_note`` joined to its message."""
+    from continuous_test.verdict.report import JOINED_NOTES
+
+    return list(getattr(error, "__notes__", None) or getattr(error, JOINED_NOTES, []))
+
+
 def unittest_counts(output: str) -> Dict[str, int]:
     """Parse unittest's summary (``Ran N tests`` and ``FAILED (failures=1, skipped=2)``)."""
     counts: Dict[str, int] = {}
