@@ -139,7 +139,7 @@ def test_torchrun_a_hang_in_a_shuffled_order_is_reported_and_the_rest_skipped():
     proc = helpers.torchrun(FAULTS, 2, "-v", "StuckRank", env={"CONTINUOUS_TEST_SHUFFLE": "1"})
     out = proc.stderr
     assert "test order shuffled with seed 1: CONTINUOUS_TEST_SHUFFLE=1 replays it" in out, describe(proc)
-    order = re.findall(r"^(test_\w+) \(__main__\.StuckRank\.", out, re.M)
+    order = re.findall(r"^(test_\w+) \(__main__\.StuckRank[.)]", out, re.M)  # 3.10 names no method there
     assert sorted(order) == ["test_a_rank_1_is_stuck", "test_b_healthy"], describe(proc)
     stuck_first = order[0] == "test_a_rank_1_is_stuck"
     expected = {"ran": 2, "errors": 1, **({"skipped": 1} if stuck_first else {})}
