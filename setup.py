@@ -8,7 +8,9 @@ setup(
     long_description=open("README.rst", encoding="utf-8").read(),
     long_description_content_type="text/x-rst",
     packages=find_packages(include=["continuous_test", "continuous_test.*"]),
-    python_requires=">=3.10",  # torch 2.13 itself needs 3.10
+    # torch 2.13 itself needs 3.10.  3.10 to 3.13 are the versions that ran (docs/compat.rst, "Python
+    # versions"); no upper bound, which would only make pip pick an older release on a newer Python.
+    python_requires=">=3.10",
     install_requires=["torch>=2.12", "numpy", "expecttest"],
     extras_require={
         # pytest-cov: test/test_coverage_support.py; pytest-timeout: a runner's own timeout in
@@ -29,6 +31,10 @@ setup(
         "Framework :: Pytest",
         "Programming Language :: Python :: 3",
         "Programming Language :: Python :: 3 :: Only",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
         "Topic :: Software Development :: Testing",
     ],
 )

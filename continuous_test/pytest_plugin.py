@@ -679,10 +679,11 @@ def _note_where_fixtures_run(item: pytest.Item, excinfo: Any) -> None:
     if NO_DEFAULT_GROUP not in str(excinfo.value) or _test_class(item) is None:
         return
     from continuous_test.launched.detect import detect
+    from continuous_test.verdict.report import add_note  # Python 3.10 has no BaseException.add_note
 
-    if detect().is_launcher or not hasattr(excinfo.value, "add_note"):
+    if detect().is_launcher:
         return
-    excinfo.value.add_note(NO_GROUP_IN_A_FIXTURE.format(fixture=_raising_fixture(item, excinfo), test=item.nodeid))
+    add_note(excinfo.value, NO_GROUP_IN_A_FIXTURE.format(fixture=_raising_fixture(item, excinfo), test=item.nodeid))
 
 
 def _raising_fixture(item: pytest.Item, excinfo: Any) -> str:
@@ -840,7 +841,10 @@ def _print_once(error: BaseException) -> None:
     then the report's sections (:func:`pytest_runtest_makereport`), which hold
     the same: the exception keeps only the report's head and notes.
     """
-    head = getattr(error, "ct_head")
+    from continuous_test.verdict.report import JOINED_NOTES
+
+    # Python 3.10 has no __notes__: there the notes joined the report (verdict.report.join_note).
+    head = getattr(error, "ct_head") + "".join(f"\n{note}" for note in getattr(error, JOINED_NOTES, ()))
     if "ct_report" in vars(error):  # a rank's own exception type, headed by the report
         error.ct_report = head  # type: ignore[attr-defined]
     else:

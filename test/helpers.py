@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import unittest as _unittest  # the module; unittest() below runs one
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
@@ -122,6 +123,36 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def verbose_name(test: str, cls: str, module: str = "__main__") -> str:
+    """How unittest's verbose output names ``module.cls.test`` on this Python: ``test_x (__main__.C.test_x)``
+    from 3.11 on, ``test_x (__main__.C)`` on 3.10 (``TestCase.__str__``)."""
+    if sys.version_info >= (3, 11):
+        return f"{test} ({module}.{cls}.{test})"
+    return f"{test} ({module}.{cls})"
+
+
+def decorator_skips_counted() -> bool:
+    """Whether this Python's unittest counts a test that ``@unittest.skip`` skips (on the method or its class)
+    in ``Ran N tests``.  3.12.1 did not: its ``TestCase.run`` called ``startTest`` only for tests that
+    were not skipped that way (CPython gh-106584, undone by gh-113267 in 3.12.2 and 3.13)."""
+    class Probe(_unittest.TestCase):
+        @_unittest.skip("probe")
+        def test_skipped(self) -> None:
+            pass
+
+    result = _unittest.TestResult()
+    Probe("test_skipped").run(result)
+    return result.testsRun == 1
+
+
+def notes(error: BaseException) -> list:
+    """The notes added to ``error``: its ``__notes__``, or on Python 3.10, which has none, those that
+    ``continuous_test.verdict.report.join_note`` joined to its message."""
+    from continuous_test.verdict.report import JOINED_NOTES
+
+    return list(getattr(error, "__notes__", None) or getattr(error, JOINED_NOTES, []))
 
 
 def unittest_counts(output: str) -> Dict[str, int]:

@@ -12,7 +12,7 @@ import time
 import helpers
 import pytest
 from continuous_test._procfs import running
-from helpers import describe, pytest_counts, unittest_counts
+from helpers import describe, pytest_counts, unittest_counts, verbose_name
 
 SCENARIO = "test_controller_faults.py"
 
@@ -24,8 +24,8 @@ def test_an_exception_in_the_waiting_controller_leaves_no_busy_world():
     took = time.monotonic() - started
     assert unittest_counts(proc.stderr) == {"ran": 3, "errors": 1}, describe(proc)
     assert "ControllerTimeout: the runner's own timeout fired in the controller" in proc.stderr, describe(proc)
-    assert "test_b_innocent (__main__.InterruptedWaitTest.test_b_innocent) ... ok" in proc.stderr, describe(proc)
-    assert "test_c_innocent (__main__.InterruptedWaitTest.test_c_innocent) ... ok" in proc.stderr, describe(proc)
+    assert f"{verbose_name('test_b_innocent', 'InterruptedWaitTest')} ... ok" in proc.stderr, describe(proc)
+    assert f"{verbose_name('test_c_innocent', 'InterruptedWaitTest')} ... ok" in proc.stderr, describe(proc)
     assert "ProtocolError" not in proc.stderr, describe(proc)
     # The slow test's ranks sleep 20 s: they were stopped, not waited for.
     assert took < 15, describe(proc)
@@ -38,8 +38,8 @@ def test_an_exception_while_the_world_starts_is_the_tests_own(tmp_path):
     # the controller was interrupted in is not a start that failed).
     proc = helpers.python(SCENARIO, "-v", "InterruptedStartTest", env={"MARK_DIR": str(tmp_path)})
     assert unittest_counts(proc.stderr) == {"ran": 3, "errors": 1}, describe(proc)
-    assert "test_a_slow (__main__.InterruptedStartTest.test_a_slow) ... ERROR" in proc.stderr, describe(proc)
-    assert "test_b_innocent (__main__.InterruptedStartTest.test_b_innocent) ... ok" in proc.stderr, describe(proc)
+    assert f"{verbose_name('test_a_slow', 'InterruptedStartTest')} ... ERROR" in proc.stderr, describe(proc)
+    assert f"{verbose_name('test_b_innocent', 'InterruptedStartTest')} ... ok" in proc.stderr, describe(proc)
     assert "not retried" not in proc.stderr, describe(proc)
 
 

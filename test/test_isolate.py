@@ -65,7 +65,7 @@ def test_a_timed_out_test_is_not_rerun():
 
     verdict = Verdict(Status.FAIL, error=RankTimeoutError("T.test_x exceeded its time limit"), restart_world=True)
     bisect.after_test(FakeWorld(), TestPlan("test_x", "T.test_x", 1.0, "restore"), verdict)
-    assert verdict.error.__notes__ == [bisect.NOT_RERUN]
+    assert helpers.notes(verdict.error) == [bisect.NOT_RERUN]
 
 
 def test_a_world_started_again_starts_a_new_history():

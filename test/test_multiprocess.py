@@ -6,7 +6,7 @@ import re
 
 import helpers
 import pytest
-from helpers import describe, pytest_counts, unittest_counts
+from helpers import describe, pytest_counts, unittest_counts, verbose_name
 from test_faults import section
 
 from continuous_test import expect_exit
@@ -55,7 +55,7 @@ def test_unexpected_crash(negative):
 def test_failure_and_skips(negative):
     err = negative[0].stderr
     assert "NegativeTest.test_failure_on_one_rank failed on rank 1 of 2 (rank 0 passed)" in err
-    assert "test_skip_on_every_rank (__main__.NegativeTest.test_skip_on_every_rank) ... skipped 'not today'" in err
+    assert f"{verbose_name('test_skip_on_every_rank', 'NegativeTest')} ... skipped 'not today'" in err
     assert f"skipped '{too_few_devices(4).message}'" in err  # 'CUDA devices' before torch 2.15, 'accelerator devices' on
 
 
@@ -139,13 +139,13 @@ def test_a_fresh_test_is_judged_when_its_ranks_declare_their_exit_not_when_they_
 def test_expect_exit_never_hides_a_failure_on_the_way_to_the_exit():
     proc = helpers.python("test_expect_exit.py", "-v")
     assert unittest_counts(proc.stderr) == {"ran": 6, "failures": 4, "errors": 1}, describe(proc)
-    assert "test_d_passes (__main__.ExpectExitTest.test_d_passes) ... ok" in proc.stderr, describe(proc)
+    assert f"{verbose_name('test_d_passes', 'ExpectExitTest')} ... ok" in proc.stderr, describe(proc)
     # A declared rank the world does not have: a clear error naming the test, not a pass that checked nothing.
     assert "ConfigError: NoSuchRankTest.test_rank_one_exits: @expect_exit(ranks=[1]) names rank 1, which does " \
         "not exist: the test ran at world size 1 (rank 0)" in proc.stderr, describe(proc)
     for test in ("test_a_subtest_failed_before_the_exit", "test_b_assertion_on_a_rank_declared_to_exit_10",
                  "test_c_own_failure_beside_a_wrong_ending", "test_e_rank_0_exits_without_reporting"):
-        assert f"FAIL: {test}" in proc.stderr or f"{test} (__main__.ExpectExitTest.{test}) ... FAIL" in proc.stderr, \
+        assert f"FAIL: {test}" in proc.stderr or f"{verbose_name(test, 'ExpectExitTest')} ... FAIL" in proc.stderr, \
             describe(proc)
     # Rank 1's own assertion is in the report, even where rank 0's ending is what was wrong.
     assert "AssertionError: \"rank 1's own\" != 'failure'" in proc.stderr, describe(proc)
@@ -178,6 +178,6 @@ def test_a_suite_that_overrides_run_enters_each_rank_through_it(tmp_path):
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1, "skipped": 2}, describe(proc)
     tests = ("test_a_passes", "test_b_fails_on_one_rank", "test_c_skips_in_its_ranks", "test_d_skipped_by_the_entry")
     assert sorted(os.listdir(tmp_path)) == [f"{test}.{rank}" for test in tests for rank in range(3)], describe(proc)
-    assert "test_a_passes (__main__.SuiteEntryTest.test_a_passes) ... ok" in proc.stderr, describe(proc)
+    assert f"{verbose_name('test_a_passes', 'SuiteEntryTest')} ... ok" in proc.stderr, describe(proc)
     assert "failed on rank 1 of 3" in proc.stderr, describe(proc)
     assert f"skipped '{too_few_devices(8).message}'" in proc.stderr, describe(proc)

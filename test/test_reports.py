@@ -439,3 +439,18 @@ def test_long_non_ascii_names_are_cut_by_bytes_and_their_texts_kept():
 
         for folder in {os.path.dirname(path) for path in kept}:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_python_3_10s_note_joins_what_str_shows():
+    # Python 3.10 has no BaseException.add_note: report.join_note (add_note's fallback there) appends the
+    # note to what str() shows, the merged report's text for a rank's own exception, else its message.
+    from continuous_test.verdict import report
+
+    headed = report._with_report(AssertionError("lr 0.1 fails on rank 1"), "test_lr[0.1] failed on rank 1 of 2")
+    report.join_note(headed, "      test_lr[0.1] fails alone as well")
+    assert str(headed) == "test_lr[0.1] failed on rank 1 of 2\n      test_lr[0.1] fails alone as well"
+    assert isinstance(headed, AssertionError)
+    assert headed.ct_joined_notes == ["      test_lr[0.1] fails alone as well"]  # pytest's short report keeps them
+    plain = ValueError("Default process group has not been initialized")
+    report.join_note(plain, "continuous_test: the fixture ran in the controller")
+    assert str(plain) == "Default process group has not been initialized\ncontinuous_test: the fixture ran in the controller"

@@ -20,7 +20,7 @@ from collections import Counter
 
 import helpers
 import pytest
-from helpers import describe
+from helpers import describe, verbose_name
 
 from continuous_test import config
 from continuous_test.controller import repeat, shard
@@ -633,7 +633,8 @@ def test_run_tests_repeats_are_results_with_a_summary(tmp_path):
                                "CONTINUOUS_TEST_REPORT_HTML": str(page)})
     assert proc.returncode == 1, describe(proc)
     assert helpers.unittest_counts(proc.stderr) == {"ran": 6, "failures": 1}, describe(proc)
-    assert re.search(r"test_flaky \(__main__.Flaky.test_flaky\)\nrepeat-1of3 \.\.\. (.*\n)?FAIL", proc.stderr), describe(proc)
+    assert re.search(re.escape(verbose_name("test_flaky", "Flaky")) + r"\nrepeat-1of3 \.\.\. (.*\n)?FAIL", proc.stderr), \
+        describe(proc)
     assert "Flaky::test_flaky: shared world 2/3 passed: " + repeat.FOLLOWS_ORDER_FIRST in proc.stderr
     assert "WorldA::test_a2: shared world 3/3 passed" in proc.stderr
     # The diagnosis reaches the run report and its page too.

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import helpers
 import pytest
-from helpers import describe, unittest_counts
+from helpers import describe, unittest_counts, verbose_name
 from slurm_cluster import Cluster, ClusterUnavailable, start_cluster
 
 pytestmark = pytest.mark.e2e
@@ -48,7 +48,7 @@ def test_a_two_node_step_runs_the_scenario(cluster):
     assert unittest_counts(out) == {"ran": 3, "failures": 1}, describe(proc)
     assert "FourRankTest.test_fails_on_rank_3 failed on rank 3 of 4" in out
     # LOCAL_WORLD_SIZE is 2 on each node (SLURM_STEP_TASKS_PER_NODE=2(x2)), not 4.
-    assert "test_device_from_local_rank (__main__.FourRankTest.test_device_from_local_rank) ... ok" in out, describe(proc)
+    assert f"{verbose_name('test_device_from_local_rank', 'FourRankTest')} ... ok" in out, describe(proc)
 
 
 def test_two_concurrent_steps_of_one_allocation_run_side_by_side(cluster, tmp_path):
@@ -58,7 +58,7 @@ def test_two_concurrent_steps_of_one_allocation_run_side_by_side(cluster, tmp_pa
     outputs = [(tmp_path / f"{i}.out").read_text() for i in (1, 2)]
     for out in outputs:
         assert unittest_counts(out) == {"ran": 1}, describe(proc) + "\n" + "\n".join(outputs)
-        assert "test_a_healthy (__main__.BreaksTheWorld.test_a_healthy) ... ok" in out
+        assert f"{verbose_name('test_a_healthy', 'BreaksTheWorld')} ... ok" in out
 
 
 def test_a_job_array_runs_disjoint_shards_whose_union_is_the_file(cluster, tmp_path):

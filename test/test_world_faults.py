@@ -20,7 +20,7 @@ from pathlib import Path
 
 import helpers
 import pytest
-from helpers import describe
+from helpers import describe, verbose_name
 
 SCENARIO = "test_world_faults.py"
 GONE_BOUND = 2.0  # seconds after the runner exits; from the issue, not a speed target
@@ -248,7 +248,7 @@ def test_a_keyboard_interrupt_a_rank_raises_is_its_tests_error_and_the_run_goes_
         proc = helpers.python("test_rank_interrupt.py", "-v")
         assert helpers.unittest_counts(proc.stderr) == {"ran": 4, "errors": 2}, describe(proc)
         for cls in ("SharedInterrupt", "FreshInterrupt"):
-            assert f"test_b_innocent (__main__.{cls}.test_b_innocent) ... ok" in proc.stderr, describe(proc)
+            assert f"{verbose_name('test_b_innocent', cls)} ... ok" in proc.stderr, describe(proc)
     else:
         proc = helpers.pytest("test_rank_interrupt.py", "-rA")
         assert helpers.pytest_counts(proc.stdout) == {"failed": 2, "passed": 2}, describe(proc)
@@ -269,7 +269,7 @@ def test_a_skip_on_one_rank_while_a_peer_waits_is_reported_within_the_grace_peri
             "but ran on rank 1") in proc.stderr, describe(proc)
     assert "rank 1 did not finish SkipOnOneRankTest.test_a_skips_on_rank_0_only within the 3 s grace period " \
         "after rank 0 skipped it" in proc.stderr, describe(proc)
-    assert "test_b_innocent (__main__.SkipOnOneRankTest.test_b_innocent) ... ok" in proc.stderr, describe(proc)
+    assert f"{verbose_name('test_b_innocent', 'SkipOnOneRankTest')} ... ok" in proc.stderr, describe(proc)
     assert took < 40, describe(proc)  # the grace period (3 s), not the process group's timeout (120 s)
 
 

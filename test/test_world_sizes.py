@@ -8,7 +8,7 @@ import sys
 
 import helpers
 import pytest
-from helpers import describe, pytest_counts, unittest_counts
+from helpers import describe, pytest_counts, unittest_counts, verbose_name
 
 from continuous_test import sizes
 from continuous_test.errors import ConfigError
@@ -45,8 +45,8 @@ def test_each_test_runs_once_per_size_in_one_world_per_size(runner, tmp_path):
     if runner == "python":
         proc = helpers.python(SCENARIO, "-v", env=env)
         assert unittest_counts(proc.stderr) == {"ran": 10}, describe(proc)
-        for name in ("test_all_reduce[ws3] (__main__.SizesTest.test_all_reduce[ws3]) ... ok",
-                     "test_fresh[ws2] (__main__.FreshSizesTest.test_fresh[ws2]) ... ok"):
+        for name in (f"{verbose_name('test_all_reduce[ws3]', 'SizesTest')} ... ok",
+                     f"{verbose_name('test_fresh[ws2]', 'FreshSizesTest')} ... ok"):
             assert name in proc.stderr, describe(proc)
     else:
         extra = ["-n", "2", "--dist", "loadscope"] if runner == "xdist" else []
@@ -132,7 +132,7 @@ def test_bisect_looks_only_at_predecessors_of_the_same_size():
     proc = helpers.python("test_world_sizes_faults.py", "-v", env=helpers.BISECT_ON)
     output = proc.stderr
     assert unittest_counts(output) == {"ran": 5, "failures": 1, "errors": 1}, describe(proc)
-    assert "test_b_victim[ws1] (__main__.PerSizeTest.test_b_victim[ws1]) ... ok" in output, describe(proc)
+    assert f"{verbose_name('test_b_victim[ws1]', 'PerSizeTest')} ... ok" in output, describe(proc)
     assert "FAIL: test_b_victim[ws2]" in output
     assert "test_b_victim[ws2] fails only after test_a_pollutes_at_size_2[ws2]; passes alone." in output, output
     # A bad list fails its class's test with an error that names the class and the value.
@@ -145,9 +145,9 @@ def test_under_a_launcher_the_other_sizes_skip_with_the_reason():
     proc = helpers.torchrun(SCENARIO, 2, "-v")
     assert proc.returncode == 0, describe(proc)
     assert unittest_counts(proc.stderr) == {"ran": 10, "skipped": 6}, describe(proc)
-    assert "test_all_reduce[ws3] (__main__.SizesTest.test_all_reduce[ws3]) ... skipped 'SizesTest needs " \
+    assert f"{verbose_name('test_all_reduce[ws3]', 'SizesTest')} ... skipped 'SizesTest needs " \
         "world_size=3 but the launcher started WORLD_SIZE=2 ranks" in proc.stderr, describe(proc)
-    assert "test_all_reduce[ws2] (__main__.SizesTest.test_all_reduce[ws2]) ... ok" in proc.stderr
+    assert f"{verbose_name('test_all_reduce[ws2]', 'SizesTest')} ... ok" in proc.stderr
 
 
 def test_sizes_parse_check_and_expand():

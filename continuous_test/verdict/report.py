@@ -240,6 +240,22 @@ def add_note(error: BaseException, note: str) -> None:
     """``error.add_note(note)``, which Python 3.10 lacks: there the note joins the message."""
     if hasattr(error, "add_note"):
         error.add_note(note)
+    else:
+        join_note(error, note)
+
+
+# The notes join_note added, in order: pytest's short report of a rank's failure keeps the head and these.
+JOINED_NOTES = "ct_joined_notes"
+
+
+def join_note(error: BaseException, note: str) -> None:
+    """Python 3.10's note: appended to what ``str(error)`` shows (a merged report's text, else its message)."""
+    try:
+        setattr(error, JOINED_NOTES, [*getattr(error, JOINED_NOTES, ()), note])
+    except AttributeError:  # an exception without a __dict__: only its message carries the note
+        pass
+    if isinstance(getattr(error, "__dict__", {}).get("ct_report"), str) and type(error).__str__ is _report_str:
+        error.__dict__["ct_report"] += f"\n{note}"  # str() of a merged report is its text, not its args
     elif error.args and isinstance(error.args[0], str):
         error.args = (f"{error.args[0]}\n{note}",) + error.args[1:]
     else:
