@@ -320,6 +320,27 @@ def _redirect_output(log_file: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    _streams_on_descriptors()
+
+
+def _streams_on_descriptors() -> None:
+    """``sys.stdout`` and ``sys.stderr`` write to descriptors 1 and 2, as in a process of its own.
+
+    A rank forked from a process whose runner had replaced them (pytest's capture
+    writes to a file on a descriptor of its own) would otherwise print where that
+    runner reads, not into the rank's log.
+    """
+    import io
+
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        try:
+            if stream.fileno() == fd:
+                continue
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+            pass
+        setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), line_buffering=True,
+                                            write_through=fd == 2))
 
 
 def _apply_env(spec: RankSpec) -> None:
