@@ -11,21 +11,13 @@ from pathlib import Path
 import helpers
 import pytest
 from helpers import describe, pytest_counts, unittest_counts
+from helpers import running as alive
 
 from continuous_test.runner import EXIT_INTERRUPTED
 
 pytestmark = pytest.mark.e2e
 
 LEAK_BOUND = 5.0  # seconds; generous, this guards against leaks, not speed
-
-
-def alive(pid: int) -> bool:
-    """True if ``pid`` runs and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def wait_gone(pids, bound: float = LEAK_BOUND) -> float:

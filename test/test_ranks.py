@@ -160,3 +160,25 @@ def test_fresh_ranks_wait_for_the_exit_after_the_reply(start):
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def test_a_ranks_prints_reach_its_log_when_it_was_forked_with_a_replaced_sys_stdout(tmp_path):
+    # A rank forked from a process whose runner had put sys.stdout on a descriptor of
+    # its own (pytest's capture) printed there, not into the rank's log.
+    import sys
+
+    from continuous_test.rank import main as rank_main
+
+    log, elsewhere = tmp_path / "rank.log", tmp_path / "runner's capture"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sys.stdout = sys.stderr = open(elsewhere, "w")
+            rank_main._redirect_output(str(log))
+            print("to the log", flush=True)
+            print("also to the log", file=sys.stderr, flush=True)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert log.read_text().split("\n")[:2] == ["to the log", "also to the log"], log.read_text()
+    assert elsewhere.read_text() == ""
