@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -256,9 +255,11 @@ def test_no_warning_without_comm_hook(
 
 @pytest.mark.e2e
 def test_scenario_shrink_grow_and_compile_across_four_ranks() -> None:
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
+    # The zygote's socket in its environment (helpers.scenario_env): the scenario is forked from the zygote,
+    # and so are the ranks it spawns; without it the shim runs a real interpreter, and each rank is one too.
+    env = helpers.scenario_env({"GLOO_SOCKET_IFNAME": "lo"})
     result = subprocess.run(
-        [helpers.interpreter(), str(SCENARIO)],  # forked from the zygote, and so are its spawned ranks
+        [helpers.interpreter(), str(SCENARIO)],
         capture_output=True,
         text=True,
         timeout=300,
