@@ -127,7 +127,7 @@ def _export_launch() -> None:
     A bad launcher setting is left for the runner (``run_tests()``, the pytest
     plugin, the first test) to report; importing never fails for it.
     """
-    from continuous_test.launched.detect import detect, export_env
+    from continuous_test._launch import detect, export_env
 
     try:
         export_env(detect())

@@ -11,7 +11,7 @@ A process of a run is one of three :class:`ProcessRole`\\ s:
 
 A rank knows it is one from the :class:`RankContext` its main loop entered
 (:func:`enter`); a launched process from its environment
-(:mod:`continuous_test.launched.detect`); every other process is a controller.
+(:mod:`continuous_test._launch`); every other process is a controller.
 Also here: whether a test class (or a ``@distributed`` function) runs in ranks at
 all, answered from attributes its bases set, so that asking imports nothing.
 """
@@ -21,7 +21,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from continuous_test.launched.detect import detect
+from continuous_test._launch import detect
 from continuous_test.wire.messages import RankSpec
 
 __all__ = [

@@ -35,9 +35,9 @@ from continuous_test.errors import ConfigError
 from continuous_test._role import ProcessRole
 from continuous_test.config import BAD_WORLD_SIZE, NOT_IMPORTABLE, UNKNOWN_BACKEND
 from continuous_test.controller import shuffle
-from continuous_test.launched.detect import detect
+from continuous_test._launch import detect
 from continuous_test.rank import result as rank_result
-from continuous_test.torch_compat import assert_equal
+from continuous_test import _assert_equal
 from continuous_test.verdict import replay
 
 __all__ = ["TestCase", "MultiProcContinuousTest", "BAD_WORLD_SIZE", "NOT_IMPORTABLE", "UNKNOWN_BACKEND"]
@@ -162,12 +162,12 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
                     exact_is_coalesced: bool = False) -> None:
         """Compare tensors, arrays, numbers and nested containers as torch's assertEqual does."""
         try:
-            assert_equal.assert_equal(first, second, rtol=rtol, atol=atol, equal_nan=equal_nan,
+            _assert_equal.assert_equal(first, second, rtol=rtol, atol=atol, equal_nan=equal_nan,
                                       exact_dtype=exact_dtype, exact_device=exact_device, exact_layout=exact_layout,
                                       exact_stride=exact_stride, exact_is_coalesced=exact_is_coalesced,
                                       rtol_floor=getattr(self, "rel_tol", 0.0),
                                       atol_floor=getattr(self, "precision", 0.0), fallback=self._plain_assert_equal)
-        except assert_equal.Mismatch as exc:
+        except _assert_equal.Mismatch as exc:
             text = msg(str(exc)) if callable(msg) else self._formatMessage(msg, str(exc))
             raise self.failureException(text) from None
 

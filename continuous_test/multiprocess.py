@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TypeVar, Un
 from continuous_test import _role, config
 from continuous_test._role import ProcessRole
 from continuous_test.case import TestCase
-from continuous_test.launched.detect import detect
+from continuous_test._launch import detect
 from continuous_test.rank.fresh import ENV_TORCH_INIT_BARRIER
 from continuous_test.verdict import replay
 from continuous_test.verdict.merge import Verdict

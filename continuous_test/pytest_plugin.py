@@ -172,7 +172,7 @@ def _export_launch(config: pytest.Config) -> None:
     any launcher (:data:`XDIST_UNDER_A_LAUNCHER`).
     """
     from continuous_test.errors import ConfigError
-    from continuous_test.launched.detect import detect, export_env
+    from continuous_test._launch import detect, export_env
 
     launch = detect()
     option = _xdist_option(config)
@@ -678,7 +678,7 @@ def _note_where_fixtures_run(item: pytest.Item, excinfo: Any) -> None:
     """
     if NO_DEFAULT_GROUP not in str(excinfo.value) or _test_class(item) is None:
         return
-    from continuous_test.launched.detect import detect
+    from continuous_test._launch import detect
     from continuous_test.verdict.report import add_note  # Python 3.10 has no BaseException.add_note
 
     if detect().is_launcher:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from continuous_test import config, sizes
 from continuous_test._role import rank_class_of
 from continuous_test.controller import shuffle
-from continuous_test.launched.detect import detect, export_env
+from continuous_test._launch import detect, export_env
 from continuous_test.wire.env import ENV_REPORT, ENV_REPORT_HTML
 
 __all__ = ["run_tests", "write_reports", "ContinuousTestRunner", "ContinuousTestResult", "EXIT_INTERRUPTED",

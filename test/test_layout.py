@@ -18,11 +18,11 @@ from helpers import ROOT
 
 PACKAGE = ROOT / "continuous_test"
 
-# The top level: what users import, subclass, run or catch, and two private leaves.
+# The top level: what users import, subclass, run or catch (the private leaves are below).
 API = {"__init__", "case", "multiprocess", "functions", "runner", "pytest_plugin", "migrate", "lint", "ddp",
        "report_html"}
 # Modules anyone may import: they import nothing of the package beyond other leaves.
-LEAVES = {"errors", "_procfs", "_role", "config", "sizes", "fresh_worlds", "launched.detect"}
+LEAVES = {"errors", "_procfs", "_role", "config", "sizes", "fresh_worlds", "_launch", "_assert_equal"}
 # layer -> layers it may import (besides itself and the leaves).
 ALLOWED = {
     "wire": set(),
@@ -40,8 +40,9 @@ LEAF_ALLOWED = {
     "_procfs": set(),
     "sizes": {"errors"},
     "fresh_worlds": {"errors", "sizes"},
-    "launched.detect": {"errors", "wire.env"},
-    "_role": {"launched.detect", "wire.messages", "wire.outcome", "wire.env", "errors"},
+    "_launch": {"errors", "wire.env"},
+    "_assert_equal": set(),
+    "_role": {"_launch", "wire.messages", "wire.outcome", "wire.env", "errors"},
     "config": {"errors", "sizes", "wire.env", "wire.messages", "wire.outcome"},
 }
 # The declared exceptions: (importer, imported) and why.
@@ -166,6 +167,37 @@ def test_there_is_no_import_cycle():
     assert [c for c in cycles if not c.startswith("__init__")] == []
 
 
+def room(module: str) -> str:
+    """A room: a subpackage (``controller``), or a top-level module (``case``)."""
+    return module.split(".")[0]
+
+
+def test_every_import_runs_down_between_rooms():
+    # Rooms, like modules, form no loop: a room that imports another is above it.
+    # Imports of the package root are its lazy public names, not an import between rooms.
+    graph: Dict[str, Set[str]] = {}
+    why: Dict[Tuple[str, str], str] = {}
+    for module, targets in EDGES.items():
+        for target, _ in targets:
+            if target != "__init__" and room(module) != room(target):
+                graph.setdefault(room(module), set()).add(room(target))
+                why.setdefault((room(module), room(target)), f"{module} -> {target}")
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            node = todo.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                todo += graph.get(node, ())
+        return False
+
+    upward = sorted(why[(a, b)] for a in graph for b in graph[a] if reaches(b, a))
+    assert upward == [], "these imports close a loop between rooms: move the module they need down"
+
+
 def test_ranks_load_no_controller_code():
     seen, todo = set(), [RANK_ENTRY]
     while todo:
@@ -192,7 +224,7 @@ def test_the_preload_list_names_modules_that_exist():
 
 # Exceptions that never leave the module that raises them.
 INTERNAL_EXCEPTIONS = {
-    "torch_compat/assert_equal.py": {"Mismatch"},  # caught by TestCase.assertEqual, re-raised as a failure
+    "_assert_equal.py": {"Mismatch"},  # caught by TestCase.assertEqual, re-raised as a failure
     "controller/bisect.py": {"_Stop"},  # ends a replay; the note says why
 }
 
@@ -237,6 +269,10 @@ def test_a_broken_rule_is_caught(monkeypatch):
         test_imports_go_only_where_the_layout_allows()
     with pytest.raises(AssertionError):
         test_ranks_load_no_controller_code()
+    # A leaf that imports a room whose modules import it closes a loop between rooms.
+    monkeypatch.setitem(EDGES, "_role", EDGES["_role"] | {("launched.join", False)})
+    with pytest.raises(AssertionError):
+        test_every_import_runs_down_between_rooms()
     monkeypatch.setitem(EDGES, "wire.env", EDGES["wire.env"] | {("wire.messages", False)})
     monkeypatch.setitem(EDGES, "wire.messages", EDGES["wire.messages"] | {("wire.env", False)})
     with pytest.raises(AssertionError):

@@ -20,7 +20,7 @@ test may have broken.  The exchange after each test is also the barrier that
 brings every rank to a known point, from which a broken default group can be
 replaced (:func:`continuous_test.launched.join.rebuild`): a new group on new keys,
 while the old one is abandoned (shutting down a broken gloo group can hang).  Every
-key lives under the launch's ``run_id`` (:mod:`continuous_test.launched.detect`), so
+key lives under the launch's ``run_id`` (:mod:`continuous_test._launch`), so
 a rank that reached another run's store never joins that run's world.
 
 A per-test time limit runs on each rank (:mod:`continuous_test.launched.time_limit`).
@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from continuous_test import config, sizes
 from continuous_test.errors import RendezvousError
-from continuous_test.launched.detect import Launch
+from continuous_test._launch import Launch
 from continuous_test.launched.join import WORLD_BROKEN, Joined, connect, group_intact, join, rebuild
 from continuous_test.launched.output import Output
 from continuous_test.launched.time_limit import TimeLimit
