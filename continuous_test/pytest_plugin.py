@@ -15,7 +15,7 @@
   sets the leak policy, ``--ct-shuffle[=SEED]`` shuffles the order of tests within
   each class and of classes within each module (the seed is in the header and in
   every failure report), ``--ct-bisect SECONDS|off`` bounds rerunning and bisecting
-  failed tests.  See :mod:`continuous_test.rank.leaks`, :mod:`continuous_test.controller.shuffle` and
+  failed tests.  See :mod:`continuous_test.rank.leaks`, :mod:`continuous_test.session.shuffle` and
   :mod:`continuous_test.controller.bisect`.
 * **Verdicts for machines.**  Every diagnosis made about a test (failing ranks,
   the rerun-and-bisect verdict and its polluters, leaks, the shuffle seed, the world
@@ -32,10 +32,10 @@
   See ``docs/devices.rst``.
 * **Shards and repeats.**  ``--ct-shard=I/N`` keeps one shard of the selected tests,
   whole worlds only, balanced on the durations ``--ct-store-durations[=FILE]`` wrote
-  (``--ct-durations=FILE`` reads them; see :mod:`continuous_test.controller.shard`).
+  (``--ct-durations=FILE`` reads them; see :mod:`continuous_test.session.shard`).
   ``--ct-repeat=N`` runs each test N times in its shared world, ``--ct-repeat-fresh``
   N more times in fresh worlds, and the summary says what the failures follow
-  (:mod:`continuous_test.controller.repeat`; the tally: :func:`repeat_tally`).
+  (:mod:`continuous_test.session.repeat`; the tally: :func:`repeat_tally`).
 * **Module worlds.**  The shared world of a module's ``@distributed`` functions is
   stopped when the last test of that module is done.
 """
@@ -287,7 +287,7 @@ def _configure_isolation(config: pytest.Config) -> None:
         os.environ[ct_config.ENV_BISECT] = str(budget)
     seed = config.getoption("ct_shuffle")
     if seed == SHUFFLE_RANDOM:
-        from continuous_test.controller.shuffle import random_seed
+        from continuous_test.session.shuffle import random_seed
 
         # Chosen once, by the controller; xdist workers inherit its environment
         # and must collect the same order.
@@ -335,7 +335,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def _seed_line() -> Optional[str]:
     from continuous_test import config as ct_config
-    from continuous_test.controller.shuffle import SEED_LINE
+    from continuous_test.session.shuffle import SEED_LINE
 
     seed = ct_config.shuffle_seed()
     return None if seed is None else SEED_LINE.format(seed=seed)
@@ -394,7 +394,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
 
     seed = ct_config.shuffle_seed()
     if seed is not None:
-        from continuous_test.controller.shuffle import shuffle_items
+        from continuous_test.session.shuffle import shuffle_items
 
         shuffle_items(items, seed)
     base = config.stash.get(_OVERRIDES, ct_config.Overrides())
@@ -710,7 +710,7 @@ def _add_properties(item: pytest.Item) -> None:
     item.user_properties.extend(p for p in run_log.log().properties(item.nodeid) if p[0] not in have)
     run = item.stash.get(_REPEAT, None)
     if run is not None and "repeat" not in have:  # --ct-repeat: which run this is (the counts: the JSON report)
-        from continuous_test.controller.repeat import run_tag
+        from continuous_test.session.repeat import run_tag
 
         item.user_properties.append(("repeat", run_tag(run.mode, run.number, run.count)))
 
@@ -874,9 +874,9 @@ def _summary_message(item: pytest.Item, report: pytest.TestReport, excinfo: Any)
 
 
 def _add_seed_section(report: pytest.TestReport) -> None:
-    from continuous_test.controller.shuffle import failure_line
+    from continuous_test import config as ct_config
 
-    line = failure_line()
+    line = ct_config.shuffle_failure_line()
     if line is not None and line not in str(report.longrepr):  # distributed tests carry it as a note
         report.sections.append(("continuous_test shuffle", line + "\n"))
 
@@ -933,7 +933,7 @@ class _Sharding:
         # world id -> seconds of its starts, and the repeated runs' outcomes.
         self.test_seconds: dict = {}
         self.world_seconds: dict = {}
-        from continuous_test.controller.repeat import RepeatTally
+        from continuous_test.session.repeat import RepeatTally
 
         self.tally = RepeatTally()
         # node id of each repeated run -> the test it repeats (the run report's repeat counts).
@@ -958,7 +958,7 @@ def _sharding(config: pytest.Config) -> _Sharding:
     """Resolve --ct-shard (else CONTINUOUS_TEST_SHARD; ``slurm``: the job array's task), the durations files and
     the repeats."""
     from continuous_test import config as ct_config
-    from continuous_test.controller import shard
+    from continuous_test.session import shard
 
     value = config.getoption("ct_shard")
     chosen = shard.parse_shard(value, "the --ct-shard option") if value is not None else shard.shard_from_env()
@@ -978,13 +978,13 @@ def _sharding(config: pytest.Config) -> _Sharding:
 
 
 def repeat_tally(config: pytest.Config) -> Any:
-    """The :class:`~continuous_test.controller.repeat.RepeatTally` of this session (in the controller: all workers')."""
+    """The :class:`~continuous_test.session.repeat.RepeatTally` of this session (in the controller: all workers')."""
     return config.stash[_SHARDING].tally
 
 
 def item_world(item: pytest.Item) -> str:
-    """The world ``item`` runs in (:func:`continuous_test.controller.shard.world_of`): shards never split one."""
-    from continuous_test.controller.shard import world_of
+    """The world ``item`` runs in (:func:`continuous_test.session.shard.world_of`): shards never split one."""
+    from continuous_test.session.shard import world_of
 
     from continuous_test import sizes
     from continuous_test.functions import SIZE_ARG
@@ -1029,7 +1029,7 @@ def pytest_collection_modifyitems_shard(config: pytest.Config, items: List[pytes
 
 
 def _keep_shard(config: pytest.Config, sharding: _Sharding, items: List[pytest.Item]) -> None:
-    from continuous_test.controller import shard
+    from continuous_test.session import shard
 
     try:
         durations = shard.Durations.load(sharding.durations)
@@ -1057,7 +1057,7 @@ def _keep_shard(config: pytest.Config, sharding: _Sharding, items: List[pytest.I
 def _repeated(items: List[pytest.Item], count: int, fresh: bool) -> List[pytest.Item]:
     """Each item as ``count`` runs in a row; with ``fresh``, ``count`` more of each test of a shared world,
     after that world's shared runs (so that the shared world is started once)."""
-    from continuous_test.controller.repeat import FRESH, SHARED
+    from continuous_test.session.repeat import FRESH, SHARED
 
     out: List[pytest.Item] = []
     pending: List[pytest.Item] = []
@@ -1074,7 +1074,7 @@ def _repeated(items: List[pytest.Item], count: int, fresh: bool) -> List[pytest.
 
 def _run_of(item: pytest.Item, mode: str, number: int, count: int) -> pytest.Item:
     """A new item for run ``number`` of ``count`` of ``item``, with the item's markers, fixtures and settings."""
-    from continuous_test.controller.repeat import RepeatRun, run_name, run_tag
+    from continuous_test.session.repeat import RepeatRun, run_name, run_tag
 
     name = run_name(item.name, mode, number, count)
     original = getattr(item, "originalname", None) or item.name
@@ -1117,7 +1117,7 @@ def pytest_runtest_protocol_fresh(item: pytest.Item, nextitem: Optional[pytest.I
     if cls is None:
         yield
         return
-    from continuous_test.controller.repeat import fresh_world
+    from continuous_test.session.repeat import fresh_world
 
     with fresh_world(cls):
         yield
@@ -1162,7 +1162,7 @@ class _Recorder:
         sharding = self.sharding
         run = getattr(report, "ct_repeat", None)
         if run is not None:
-            from continuous_test.controller.repeat import RepeatRun
+            from continuous_test.session.repeat import RepeatRun
 
             passed = None if report.skipped else (False if report.failed else (True if report.when == "call" else None))
             repeat_run = RepeatRun(*run)
@@ -1200,7 +1200,7 @@ class _Recorder:
         # A shard stores even when it ran nothing: its run's records are committed once every shard stored.
         if sharding.store is None or not (sharding.test_seconds or sharding.shard is not None):
             return
-        from continuous_test.controller.shard import Durations
+        from continuous_test.session.shard import Durations
 
         stored = Durations()
         if os.path.isfile(sharding.store):  # not a FIFO's or a device's: reading one would wait or read nothing

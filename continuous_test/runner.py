@@ -5,7 +5,7 @@ detects torchrun, srun and mpiexec, and exits non-zero on any failure.  Under a 
 only rank 0 prints the report, which already holds every rank's outcome; the
 other ranks run silently and exit with the same status.  With
 ``CONTINUOUS_TEST_SHUFFLE=SEED`` the tests of each class, and the classes of the
-module, run in an order shuffled by that seed (:mod:`continuous_test.controller.shuffle`),
+module, run in an order shuffled by that seed (:mod:`continuous_test.session.shuffle`),
 which is printed at the start and after every failure's traceback.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from continuous_test import config, sizes
 from continuous_test._role import rank_class_of
-from continuous_test.controller import shuffle
+from continuous_test.session import shuffle
 from continuous_test._launch import detect, export_env
 from continuous_test.wire.env import ENV_REPORT, ENV_REPORT_HTML
 
@@ -108,7 +108,7 @@ class ContinuousTestResult(unittest.TextTestResult):
 
     def _exc_info_to_string(self, err, test) -> str:  # noqa: N802 - unittest's name
         text = super()._exc_info_to_string(err, test)  # type: ignore[misc]
-        line = shuffle.failure_line()
+        line = config.shuffle_failure_line()
         return text if line is None or line in text else f"{text}{line}\n"
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
+import helpers
 import pytest
 from helpers import ROOT
 
@@ -30,9 +32,10 @@ ALLOWED = {
     "verdict": {"wire"},
     "template": {"wire"},
     "controller": {"wire", "verdict", "template"},
+    "session": {"wire", "verdict", "template", "controller"},
     "launched": {"wire", "rank", "verdict"},
     "torch_compat": {"api"},
-    "api": {"wire", "rank", "verdict", "template", "controller", "launched", "torch_compat"},
+    "api": {"wire", "rank", "verdict", "template", "controller", "session", "launched", "torch_compat"},
 }
 # What each leaf may import: nothing but other leaves and the wire format.
 LEAF_ALLOWED = {
@@ -55,7 +58,7 @@ EXCEPTIONS = {
 # Modules that run in every rank process (its module-level imports, transitively):
 # none of them may bring the controller, the verdict or a launcher's code along.
 RANK_ENTRY = "rank.main"
-NOT_IN_RANKS = ("controller", "verdict", "launched", "template")
+NOT_IN_RANKS = ("controller", "session", "verdict", "launched", "template")
 
 
 def modules() -> Dict[str, Path]:
@@ -207,6 +210,17 @@ def test_ranks_load_no_controller_code():
         seen.add(module)
         todo += [t for t, top in EDGES.get(module, ()) if top and t != "__init__"]
     assert sorted(m for m in seen if m.startswith(NOT_IN_RANKS) and layer(m) != "leaf") == []
+
+
+@pytest.mark.e2e
+def test_a_rank_loads_no_controller_or_verdict_code(tmp_path):
+    # Read from real ranks' sys.modules: under the fresh-interpreter template a rank holds only what ranks
+    # import (a forked template, or one forked from the test suite's zygote, shares a controller's modules).
+    env = {"CONTINUOUS_TEST_START_METHOD": "forkserver", "RANK_MODULES_DIR": str(tmp_path)}
+    proc = helpers.run([sys.executable, "test_rank_modules.py"], env=env, fresh=True)
+    loaded = {path.name: path.read_text() for path in tmp_path.iterdir()}
+    assert proc.returncode == 0 and len(loaded) == 4, helpers.describe(proc)
+    assert {rank: modules for rank, modules in loaded.items() if modules} == {}
 
 
 def test_no_module_finds_another_by_name():

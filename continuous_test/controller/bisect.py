@@ -36,7 +36,7 @@ from dataclasses import replace
 from typing import Any, List, Optional, Sequence, Tuple
 
 from continuous_test import config
-from continuous_test.controller import run_log, shuffle
+from continuous_test.controller import run_log
 from continuous_test.controller.world import TestPlan, World
 from continuous_test.errors import RankTimeoutError
 from continuous_test.verdict.merge import Verdict
@@ -138,7 +138,7 @@ def after_test(world: World, plan: TestPlan, verdict: Verdict) -> Verdict:
             except KeyboardInterrupt:  # the failure is known: it is reported, then the run stops
                 note, verdict.interrupted = INTERRUPTED, True
                 run_log.log().diagnosed(run_log.INTERRUPTED, text=note)
-        seed_line = shuffle.failure_line()
+        seed_line = config.shuffle_failure_line()
         for text in (note, seed_line):
             if text:
                 _add_note(verdict, text)

@@ -473,11 +473,11 @@ def _with_details(text: str, tb: Optional[str], rank: int, output: str) -> str:
 # size; None for a class of one size.
 _WORLDS: Dict[Tuple[type, Optional[int]], World] = {}
 # Seconds spent starting the worlds of each class in this process, all starts together
-# (continuous_test.controller.shard charges them to the world, not to the test that started it).
+# (continuous_test.session.shard charges them to the world, not to the test that started it).
 _START_SECONDS: Dict[type, float] = {}
 
 
-# Classes whose worlds each run one test now (continuous_test.controller.repeat's fresh runs).
+# Classes whose worlds each run one test now (continuous_test.session.repeat's fresh runs).
 _ONE_TEST: set = set()
 
 
