@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import re
-import sys
 from typing import Any
 
 from continuous_test import errors
@@ -110,14 +109,6 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list:
     return sorted(list(globals()) + __all__)
-
-
-# Before 0.2 the exceptions lived in the modules that raise them; those paths
-# (``continuous_test.report.RankDiedError``, ``continuous_test.leaks.LeakWarning``, ...)
-# still import, for one release, as names for continuous_test.errors.
-for _old in ("report", "leaks", "world", "in_place", "protocol"):
-    sys.modules.setdefault(f"{__name__}.{_old}", errors)
-del _old
 
 
 def _export_launch() -> None:

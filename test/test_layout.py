@@ -261,16 +261,6 @@ def test_exceptions_are_importable_from_the_package_and_from_where_they_were():
 
     for name in errors.__all__:
         assert getattr(continuous_test, name) is getattr(errors, name), name
-    # The module paths that held them before 0.2, for one release.
-    from continuous_test.in_place import RendezvousError
-    from continuous_test.leaks import LeakError, LeakWarning
-    from continuous_test.protocol import ProtocolError
-    from continuous_test.report import RankDiedError, RemoteError
-    from continuous_test.world import WorldStartError
-
-    assert (RendezvousError, LeakError, LeakWarning, ProtocolError, RankDiedError, RemoteError, WorldStartError) == (
-        errors.RendezvousError, errors.LeakError, errors.LeakWarning, errors.ProtocolError, errors.RankDiedError,
-        errors.RemoteError, errors.WorldStartError)
     from continuous_test.config import ConfigError
 
     assert ConfigError is errors.ConfigError
