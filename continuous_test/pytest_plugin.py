@@ -411,8 +411,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
             if marker is not None and sizes.is_list(_marker_arg(marker)):
                 if getattr(item, "cls", None) is None:
                     raise pytest.UsageError(SIZES_ON_A_FUNCTION.format(test=item.nodeid, sizes=_marker_arg(marker)))
-                sized = sizes.parse(item.name)
-                size = sized[1] if sized else None  # the test's own size (test_x[ws2])
+                size = sizes.size_of(item.name)  # the test's own size (test_x[ws2])
             elif marker is not None:
                 size = ct_config.parse_positive_int(_marker_arg(marker), "world size",
                                                     f"the world_size marker of {item.nodeid}")
@@ -463,8 +462,7 @@ def _size(item: pytest.Item) -> Optional[int]:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and SIZE_ARG in callspec.params:
         return int(callspec.params[SIZE_ARG])
-    sized = sizes.parse(item.name)
-    return sized[1] if sized else None
+    return sizes.size_of(item.name)
 
 
 def _method_name(item: pytest.Item, cls: type) -> Optional[str]:
@@ -993,8 +991,7 @@ def item_world(item: pytest.Item) -> str:
     name = getattr(item, "originalname", None) or item.name
     cls = getattr(item, "cls", None)
     if cls is not None:  # a test class's: test_x[ws2] is in the world of size 2
-        sized = sizes.parse(name)
-        return world_of(path, cls, name, sized[1] if sized and _has_world(item) else None)
+        return world_of(path, cls, name, sizes.size_of(name) if _has_world(item) else None)
     cls = _test_class(item)
     size = getattr(item, "callspec", None) and item.callspec.params.get(SIZE_ARG)  # type: ignore[attr-defined]
     if cls is not None and size:  # a @distributed function of several sizes: the module's world of this size
