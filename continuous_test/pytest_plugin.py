@@ -510,14 +510,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the rank template once the tests are imported and before any runs, if a test needs ranks."""
     if session.config.option.collectonly:
         return
-    if any(_test_class(item) is not None for item in session.items):
-        from continuous_test._role import ProcessRole, current_role
+    from continuous_test import session as ct_session
 
-        if current_role() is ProcessRole.CONTROLLER:
-            from continuous_test.controller import dispatch  # noqa: F401 - loaded before the first test, not in it
-            from continuous_test.template import server
-
-            server.prepare()
+    ct_session.tests_loaded(any(_test_class(item) is not None for item in session.items))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -15,7 +15,7 @@ import sys
 import unittest
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from continuous_test import config, sizes
+from continuous_test import config, session, sizes
 from continuous_test._role import rank_class_of
 from continuous_test.session import shuffle
 from continuous_test._launch import detect, export_env
@@ -196,11 +196,7 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     launch = detect()
     export_env(launch)
     silent = launch.is_launcher and launch.rank != 0
-    if not launch.is_launcher and _runs_in_ranks(sys.modules.get(module)):
-        from continuous_test.controller import dispatch  # noqa: F401 - loaded before the first test, not in it
-        from continuous_test.template import server
-
-        server.prepare()  # fork the rank template now, before any test ran
+    session.tests_loaded(_runs_in_ranks(sys.modules.get(module)))  # the rank template, before any test ran
     runner = _SilentRunner if silent else ContinuousTestRunner
     # Checked and made absolute now: a bad path is a usage error before any test runs, and a test
     # that changes the working directory does not move the report.

@@ -59,9 +59,9 @@ def _wrap_run_tests(shares_a_world: Callable[[type], bool]) -> None:
         quiet = role is ProcessRole.LAUNCHED and detect().rank != 0
         prepared = _shard_and_repeat(self, quiet, shares_a_world)  # first: a bad setting is said before anything starts
         if role is ProcessRole.CONTROLLER:
-            from continuous_test.template import server
+            from continuous_test import session
 
-            server.prepare()
+            session.tests_loaded()
         elif quiet:
             _quiet_runner(self)
         try:
