@@ -38,6 +38,7 @@ __all__ = [
     "world_name",
     "IN_PROCESS_ATTR",
     "runs_in_one_process",
+    "skipped_by_unittest",
 ]
 
 # Set to True by the bases whose tests run in ranks (MultiProcContinuousTest, MultiProcessTestCase).
@@ -128,3 +129,12 @@ def runs_in_one_process(cls: type) -> bool:
     run as torch runs it, in the process that runs the test, with no ranks.
     """
     return any(_IN_PROCESS_MARK in vars(k) and not k.__module__.startswith("continuous_test.") for k in cls.__mro__)
+
+
+def skipped_by_unittest(cls: type, method: str) -> bool:
+    """Whether unittest (or pytest, for a unittest class) skips ``cls.method`` without running it.
+
+    A ``@unittest.skip`` on the class or the method: no rank need run it (nothing is
+    sent ahead of it; a launched rank skips it without waiting for the others).
+    """
+    return bool(getattr(cls, "__unittest_skip__", False) or getattr(getattr(cls, method, None), "__unittest_skip__", False))

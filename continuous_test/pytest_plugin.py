@@ -567,7 +567,7 @@ def _next_in_world(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Option
     marked = item.stash.get(_MARKED, None)  # set on distributed tests only: nothing imported for others
     if nextitem is None or cls is None or marked is None or getattr(nextitem, "cls", None) is not cls:
         return None
-    from continuous_test.controller.ahead import skipped_by_unittest
+    from continuous_test._role import skipped_by_unittest
     from continuous_test.case import MultiProcContinuousTest
 
     if not (isinstance(cls, type) and issubclass(cls, MultiProcContinuousTest)) or type(item).__name__ != "TestCaseFunction":
