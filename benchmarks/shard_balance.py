@@ -6,7 +6,7 @@
     python benchmarks/shard_balance.py --durations FILE      # this project's suite from a --ct-store-durations file
     python benchmarks/shard_balance.py --shards 3 --json PATH
 
-Two suites, each cut into N shards by :func:`continuous_test.controller.shard.split`
+Two suites, each cut into N shards by :func:`continuous_test.session.shard.split`
 (the code ``--ct-shard`` runs), whole worlds only:
 
 * **project**: this project's own tests, from a durations file written by
@@ -37,7 +37,7 @@ from typing import Dict, List, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from continuous_test.controller import shard  # noqa: E402 - after the checkout is on the path
+from continuous_test.session import shard  # noqa: E402 - after the checkout is on the path
 
 RESULTS = ROOT / "benchmarks" / "results"
 PROJECT_DURATIONS = RESULTS / "shard_project_durations.json"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import re
-import sys
 from typing import Any
 
 from continuous_test import errors
@@ -112,14 +111,6 @@ def __dir__() -> list:
     return sorted(list(globals()) + __all__)
 
 
-# Before 0.2 the exceptions lived in the modules that raise them; those paths
-# (``continuous_test.report.RankDiedError``, ``continuous_test.leaks.LeakWarning``, ...)
-# still import, for one release, as names for continuous_test.errors.
-for _old in ("report", "leaks", "world", "in_place", "protocol"):
-    sys.modules.setdefault(f"{__name__}.{_old}", errors)
-del _old
-
-
 def _export_launch() -> None:
     """Under srun or mpiexec, export torchrun's variables (``RANK``, ``LOCAL_RANK``, ...) as the test file imports us.
 
@@ -127,7 +118,7 @@ def _export_launch() -> None:
     A bad launcher setting is left for the runner (``run_tests()``, the pytest
     plugin, the first test) to report; importing never fails for it.
     """
-    from continuous_test.launched.detect import detect, export_env
+    from continuous_test._launch import detect, export_env
 
     try:
         export_env(detect())

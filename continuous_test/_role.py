@@ -11,7 +11,7 @@ A process of a run is one of three :class:`ProcessRole`\\ s:
 
 A rank knows it is one from the :class:`RankContext` its main loop entered
 (:func:`enter`); a launched process from its environment
-(:mod:`continuous_test.launched.detect`); every other process is a controller.
+(:mod:`continuous_test._launch`); every other process is a controller.
 Also here: whether a test class (or a ``@distributed`` function) runs in ranks at
 all, answered from attributes its bases set, so that asking imports nothing.
 """
@@ -21,7 +21,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from continuous_test.launched.detect import detect
+from continuous_test._launch import detect
 from continuous_test.wire.messages import RankSpec
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "world_name",
     "IN_PROCESS_ATTR",
     "runs_in_one_process",
+    "skipped_by_unittest",
 ]
 
 # Set to True by the bases whose tests run in ranks (MultiProcContinuousTest, MultiProcessTestCase).
@@ -128,3 +129,12 @@ def runs_in_one_process(cls: type) -> bool:
     run as torch runs it, in the process that runs the test, with no ranks.
     """
     return any(_IN_PROCESS_MARK in vars(k) and not k.__module__.startswith("continuous_test.") for k in cls.__mro__)
+
+
+def skipped_by_unittest(cls: type, method: str) -> bool:
+    """Whether unittest (or pytest, for a unittest class) skips ``cls.method`` without running it.
+
+    A ``@unittest.skip`` on the class or the method: no rank need run it (nothing is
+    sent ahead of it; a launched rank skips it without waiting for the others).
+    """
+    return bool(getattr(cls, "__unittest_skip__", False) or getattr(getattr(cls, method, None), "__unittest_skip__", False))

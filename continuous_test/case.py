@@ -17,7 +17,7 @@
 
 The rank side imports this module, so the controller's dispatch and worlds are only
 imported lazily, on the controller path; at import, only the light
-:mod:`continuous_test.controller.shuffle` is loaded (for ``python -m unittest``).
+:mod:`continuous_test.session.shuffle` is loaded (for ``python -m unittest``).
 """
 from __future__ import annotations
 
@@ -34,11 +34,10 @@ from continuous_test import _role, config, sizes
 from continuous_test.errors import ConfigError
 from continuous_test._role import ProcessRole
 from continuous_test.config import BAD_WORLD_SIZE, NOT_IMPORTABLE, UNKNOWN_BACKEND
-from continuous_test.controller import shuffle
-from continuous_test.launched.detect import detect
+from continuous_test.session import unittest_program
+from continuous_test._launch import detect
 from continuous_test.rank import result as rank_result
-from continuous_test.torch_compat import assert_equal
-from continuous_test.verdict import replay
+from continuous_test import _assert_equal
 
 __all__ = ["TestCase", "MultiProcContinuousTest", "BAD_WORLD_SIZE", "NOT_IMPORTABLE", "UNKNOWN_BACKEND"]
 
@@ -143,6 +142,8 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
             super()._callTestMethod(method)
             return
         __tracebackhide__ = True  # noqa: F841 - pytest starts the report at the ranks' tracebacks
+        from continuous_test.verdict import replay  # a verdict is replayed where no rank runs
+
         replay.raise_verdict(self, replay.verdict_of(self, source))
 
     def _callTearDown(self) -> None:  # noqa: N802 - unittest's seam
@@ -162,12 +163,12 @@ class TestCase(_torch_test_case()):  # type: ignore[misc]
                     exact_is_coalesced: bool = False) -> None:
         """Compare tensors, arrays, numbers and nested containers as torch's assertEqual does."""
         try:
-            assert_equal.assert_equal(first, second, rtol=rtol, atol=atol, equal_nan=equal_nan,
+            _assert_equal.assert_equal(first, second, rtol=rtol, atol=atol, equal_nan=equal_nan,
                                       exact_dtype=exact_dtype, exact_device=exact_device, exact_layout=exact_layout,
                                       exact_stride=exact_stride, exact_is_coalesced=exact_is_coalesced,
                                       rtol_floor=getattr(self, "rel_tol", 0.0),
                                       atol_floor=getattr(self, "precision", 0.0), fallback=self._plain_assert_equal)
-        except assert_equal.Mismatch as exc:
+        except _assert_equal.Mismatch as exc:
             text = msg(str(exc)) if callable(msg) else self._formatMessage(msg, str(exc))
             raise self.failureException(text) from None
 
@@ -340,91 +341,13 @@ class MultiProcContinuousTest(TestCase):
             super().tearDownClass()
 
 
-# ``python -m unittest`` loads tests with unittest's default loader: shuffle it
-# too when CONTINUOUS_TEST_SHUFFLE is set (``run_tests()`` uses a loader of its own).
-shuffle.install_default()
+def _shares_a_world(cls: type) -> bool:
+    """Whether ``cls``'s tests run in one shared world (what shards keep together)."""
+    return issubclass(cls, MultiProcContinuousTest)
 
 
-def _template_before_unittest_runs() -> None:
-    """Wrap unittest's ``TestProgram.runTests`` (the runner's, not the code under test's), once.
-
-    * Under ``python -m unittest`` (and torch's ``run_tests()``), the rank template
-      is made once the tests are loaded and before any runs, as ``run_tests()`` and
-      the pytest plugin do.  It was left to the first world start, after the plain
-      tests and class setups that ran before: its ranks saw what they changed in
-      this process, which the other runners' ranks do not.
-    * Under a launcher, a rank other than 0 prints no unittest report: rank 0
-      prints the merged one (``run_tests()`` does the same with a runner of its own;
-      torch's ``run_tests()`` in a migrated file comes here).
-    """
-    program = unittest.main  # unittest.TestProgram
-    original = program.runTests
-    if getattr(original, "_ct_prepares_template", False):
-        return
-
-    def runTests(self: Any) -> Any:  # noqa: N802 - unittest's name
-        role = _role.current_role()
-        quiet = role is ProcessRole.LAUNCHED and detect().rank != 0
-        prepared = _shard_and_repeat(self, quiet)  # first: a bad setting is said before anything starts
-        if role is ProcessRole.CONTROLLER:
-            from continuous_test.template import server
-
-            server.prepare()
-        elif quiet:
-            _quiet_runner(self)
-        try:
-            return original(self)
-        finally:
-            _repeat_summary(self, prepared, quiet)
-
-    runTests._ct_prepares_template = True  # type: ignore[attr-defined]
-    program.runTests = runTests  # type: ignore[method-assign]
-
-
-def _shard_and_repeat(program: Any, quiet: bool) -> Any:
-    """Cut the loaded tests to this run's shard and repeat them (:mod:`continuous_test.controller.suite`)."""
-    from continuous_test.controller import suite
-    from continuous_test.errors import ConfigError
-
-    try:
-        prepared = suite.prepare(program.test, lambda cls: issubclass(cls, MultiProcContinuousTest))
-    except ConfigError as exc:  # a bad CONTINUOUS_TEST_SHARD, say: a usage error, as unittest's own
-        print(f"continuous_test: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    program.test = prepared.suite
-    if prepared.line and not quiet:
-        print(prepared.line, file=sys.stderr, flush=True)
-    return prepared
-
-
-def _repeat_summary(program: Any, prepared: Any, quiet: bool) -> None:
-    """Keep the repeats' tally on the result (``result.repeat_tally``) and print its summary."""
-    result = getattr(program, "result", None)
-    if not prepared.runs or result is None:
-        return
-    result.repeat_tally = tally = prepared.tally(result)
-    # unittest's id of each run (the runs of a test share it) -> the test's counts, for the run report.
-    result.repeat_reports = {case.id(): tally.tests[run.test].as_report() for case, run in prepared.runs
-                             if run.test in tally.tests}
-    if not quiet:
-        print("\n".join(tally.summary()), file=sys.stderr, flush=True)
-
-
-def _quiet_runner(program: Any) -> None:
-    """Make ``program``'s test runner write its report nowhere (a launched rank other than 0)."""
-    devnull = open(os.devnull, "w")
-    runner = program.testRunner
-    if runner is None:
-        runner = unittest.TextTestRunner
-    if isinstance(runner, type):
-        kwargs = {name: getattr(program, name) for name in ("verbosity", "failfast", "buffer", "warnings", "tb_locals")
-                  if hasattr(program, name)}
-        try:
-            program.testRunner = runner(stream=devnull, **kwargs)
-        except TypeError:  # a runner that takes other arguments: left as it is
-            devnull.close()
-    elif hasattr(runner, "stream"):
-        runner.stream = unittest.runner._WritelnDecorator(devnull)
-
-
-_template_before_unittest_runs()
+# The runner's session under ``python -m unittest`` and ``unittest.main`` (torch's
+# ``run_tests()`` too): the order shuffled, the template made before tests run,
+# shards and repeats.  Only the hooks load here; the session's code loads when
+# unittest's program calls them, which a rank never does.
+unittest_program.install(_shares_a_world)

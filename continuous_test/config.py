@@ -28,9 +28,9 @@ Leak policy of a test (:mod:`continuous_test.rank.leaks`), highest precedence fi
 on the test, then on its class, the ``leak_policy`` class attribute, ``restore``.
 
 Order shuffling: ``--ct-shuffle[=SEED]``, else ``CONTINUOUS_TEST_SHUFFLE=SEED``.
-Repeats (:mod:`continuous_test.controller.repeat`): ``--ct-repeat=N``, else
+Repeats (:mod:`continuous_test.session.repeat`): ``--ct-repeat=N``, else
 ``CONTINUOUS_TEST_REPEAT=N`` (default 1); ``--ct-repeat-fresh``, else
-``CONTINUOUS_TEST_REPEAT_FRESH``.  Shards: :mod:`continuous_test.controller.shard`.
+``CONTINUOUS_TEST_REPEAT_FRESH``.  Shards: :mod:`continuous_test.session.shard`.
 Rerun and bisect of a failed test (:mod:`continuous_test.controller.bisect`): at most
 ``CONTINUOUS_TEST_BISECT`` seconds per run in all (``--ct-bisect``; ``off`` or 0
 turns it off; default :data:`DEFAULT_BISECT_BUDGET`).
@@ -125,6 +125,8 @@ __all__ = [
     "set_cli_leaks",
     "parse_seed",
     "shuffle_seed",
+    "shuffle_failure_line",
+    "SHUFFLE_FAILURE_LINE",
     "bisect_budget",
     "parse_budget",
     "repeat_count",
@@ -143,6 +145,8 @@ LEAK_POLICIES = ("restore", "fail", "off")
 LEAK_MARKER = "ct_leaks"
 INVALID_POLICY = "Invalid leak policy {value!r} from {source}: expected one of restore, fail, off"
 INVALID_SEED = "Invalid shuffle seed {value!r} from {source}: expected a non-negative integer"
+# The line every failure report gets when the order was shuffled (added once per report).
+SHUFFLE_FAILURE_LINE = "test order shuffled with seed {seed}: CONTINUOUS_TEST_SHUFFLE={seed} replays it"
 INVALID_BUDGET = "Invalid bisect budget {value!r} from {source}: expected seconds (0 or 'off' turns it off)"
 
 DEFAULT_CPU_WORLD_SIZE = 2
@@ -642,6 +646,13 @@ def shuffle_seed(env: Mapping[str, str] = os.environ) -> Optional[int]:
     if raw is None or not raw.strip():
         return None
     return parse_seed(raw, f"{ENV_SHUFFLE} environment variable")
+
+
+def shuffle_failure_line(seed: Optional[int] = None) -> Optional[str]:
+    """The line a failure report gets when the order was shuffled (by ``seed``, else this run's), else None."""
+    if seed is None:
+        seed = shuffle_seed()
+    return None if seed is None else SHUFFLE_FAILURE_LINE.format(seed=seed)
 
 
 def parse_budget(value: Any, source: str) -> float:

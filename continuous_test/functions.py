@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, Union
 from continuous_test import _role, config, sizes
 from continuous_test._role import FUNCTION_CLASS_ATTR, WORLD_NAME_ATTR, ProcessRole
 from continuous_test.case import MultiProcContinuousTest
-from continuous_test.launched.detect import detect
+from continuous_test._launch import detect
 from continuous_test.verdict import replay
 from continuous_test.verdict.merge import Verdict
 

@@ -39,14 +39,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TypeVar, Un
 from continuous_test import _role, config
 from continuous_test._role import ProcessRole
 from continuous_test.case import TestCase
-from continuous_test.launched.detect import detect
+from continuous_test._launch import detect
 from continuous_test.rank.fresh import ENV_TORCH_INIT_BARRIER
-from continuous_test.verdict import replay
-from continuous_test.verdict.merge import Verdict
 from continuous_test.wire.outcome import TEST_ERROR_EXIT_CODE, ExpectedExit
 
 if TYPE_CHECKING:
     from continuous_test.controller.fresh import FreshRanks
+    from continuous_test.verdict.merge import Verdict
 
 __all__ = ["MultiProcessTestCase", "expect_exit", "BAD_EXPECT_EXIT"]
 
@@ -262,16 +261,19 @@ class MultiProcessTestCase(TestCase):
     def _callTestMethod(self, method: Callable) -> None:  # noqa: N802 - unittest's seam
         # In a rank: the test itself.  Replaying a verdict made elsewhere (launcher
         # rank 0 ran the test once for the launch): TestCase raises it.
-        if (_role.current_role() is ProcessRole.RANK or getattr(self, replay.SOURCE_ATTR, None) is not None
+        if (_role.current_role() is ProcessRole.RANK or self._ct_verdict_source is not None
                 or self._ct_in_process):
             super()._callTestMethod(method)
             return
         __tracebackhide__ = True  # noqa: F841
+        from continuous_test.verdict import replay  # judged where no rank runs
+
         self._spawn_processes()
         replay.raise_verdict(self, self._judge())
 
     def _judge(self) -> Verdict:
         from continuous_test.controller import fresh
+        from continuous_test.verdict import replay
 
         cls = type(self)
         fn = getattr(cls, self._testMethodName)

@@ -15,7 +15,7 @@
   sets the leak policy, ``--ct-shuffle[=SEED]`` shuffles the order of tests within
   each class and of classes within each module (the seed is in the header and in
   every failure report), ``--ct-bisect SECONDS|off`` bounds rerunning and bisecting
-  failed tests.  See :mod:`continuous_test.rank.leaks`, :mod:`continuous_test.controller.shuffle` and
+  failed tests.  See :mod:`continuous_test.rank.leaks`, :mod:`continuous_test.session.shuffle` and
   :mod:`continuous_test.controller.bisect`.
 * **Verdicts for machines.**  Every diagnosis made about a test (failing ranks,
   the rerun-and-bisect verdict and its polluters, leaks, the shuffle seed, the world
@@ -32,10 +32,10 @@
   See ``docs/devices.rst``.
 * **Shards and repeats.**  ``--ct-shard=I/N`` keeps one shard of the selected tests,
   whole worlds only, balanced on the durations ``--ct-store-durations[=FILE]`` wrote
-  (``--ct-durations=FILE`` reads them; see :mod:`continuous_test.controller.shard`).
+  (``--ct-durations=FILE`` reads them; see :mod:`continuous_test.session.shard`).
   ``--ct-repeat=N`` runs each test N times in its shared world, ``--ct-repeat-fresh``
   N more times in fresh worlds, and the summary says what the failures follow
-  (:mod:`continuous_test.controller.repeat`; the tally: :func:`repeat_tally`).
+  (:mod:`continuous_test.session.repeat`; the tally: :func:`repeat_tally`).
 * **Module worlds.**  The shared world of a module's ``@distributed`` functions is
   stopped when the last test of that module is done.
 """
@@ -172,7 +172,7 @@ def _export_launch(config: pytest.Config) -> None:
     any launcher (:data:`XDIST_UNDER_A_LAUNCHER`).
     """
     from continuous_test.errors import ConfigError
-    from continuous_test.launched.detect import detect, export_env
+    from continuous_test._launch import detect, export_env
 
     launch = detect()
     option = _xdist_option(config)
@@ -287,7 +287,7 @@ def _configure_isolation(config: pytest.Config) -> None:
         os.environ[ct_config.ENV_BISECT] = str(budget)
     seed = config.getoption("ct_shuffle")
     if seed == SHUFFLE_RANDOM:
-        from continuous_test.controller.shuffle import random_seed
+        from continuous_test.session.shuffle import random_seed
 
         # Chosen once, by the controller; xdist workers inherit its environment
         # and must collect the same order.
@@ -335,7 +335,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def _seed_line() -> Optional[str]:
     from continuous_test import config as ct_config
-    from continuous_test.controller.shuffle import SEED_LINE
+    from continuous_test.session.shuffle import SEED_LINE
 
     seed = ct_config.shuffle_seed()
     return None if seed is None else SEED_LINE.format(seed=seed)
@@ -394,7 +394,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
 
     seed = ct_config.shuffle_seed()
     if seed is not None:
-        from continuous_test.controller.shuffle import shuffle_items
+        from continuous_test.session.shuffle import shuffle_items
 
         shuffle_items(items, seed)
     base = config.stash.get(_OVERRIDES, ct_config.Overrides())
@@ -411,8 +411,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
             if marker is not None and sizes.is_list(_marker_arg(marker)):
                 if getattr(item, "cls", None) is None:
                     raise pytest.UsageError(SIZES_ON_A_FUNCTION.format(test=item.nodeid, sizes=_marker_arg(marker)))
-                sized = sizes.parse(item.name)
-                size = sized[1] if sized else None  # the test's own size (test_x[ws2])
+                size = sizes.size_of(item.name)  # the test's own size (test_x[ws2])
             elif marker is not None:
                 size = ct_config.parse_positive_int(_marker_arg(marker), "world size",
                                                     f"the world_size marker of {item.nodeid}")
@@ -463,8 +462,7 @@ def _size(item: pytest.Item) -> Optional[int]:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and SIZE_ARG in callspec.params:
         return int(callspec.params[SIZE_ARG])
-    sized = sizes.parse(item.name)
-    return sized[1] if sized else None
+    return sizes.size_of(item.name)
 
 
 def _method_name(item: pytest.Item, cls: type) -> Optional[str]:
@@ -512,14 +510,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the rank template once the tests are imported and before any runs, if a test needs ranks."""
     if session.config.option.collectonly:
         return
-    if any(_test_class(item) is not None for item in session.items):
-        from continuous_test._role import ProcessRole, current_role
+    from continuous_test import session as ct_session
 
-        if current_role() is ProcessRole.CONTROLLER:
-            from continuous_test.controller import dispatch  # noqa: F401 - loaded before the first test, not in it
-            from continuous_test.template import server
-
-            server.prepare()
+    ct_session.tests_loaded(any(_test_class(item) is not None for item in session.items))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -574,7 +567,7 @@ def _next_in_world(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Option
     marked = item.stash.get(_MARKED, None)  # set on distributed tests only: nothing imported for others
     if nextitem is None or cls is None or marked is None or getattr(nextitem, "cls", None) is not cls:
         return None
-    from continuous_test.controller.ahead import skipped_by_unittest
+    from continuous_test._role import skipped_by_unittest
     from continuous_test.case import MultiProcContinuousTest
 
     if not (isinstance(cls, type) and issubclass(cls, MultiProcContinuousTest)) or type(item).__name__ != "TestCaseFunction":
@@ -678,7 +671,7 @@ def _note_where_fixtures_run(item: pytest.Item, excinfo: Any) -> None:
     """
     if NO_DEFAULT_GROUP not in str(excinfo.value) or _test_class(item) is None:
         return
-    from continuous_test.launched.detect import detect
+    from continuous_test._launch import detect
     from continuous_test.verdict.report import add_note  # Python 3.10 has no BaseException.add_note
 
     if detect().is_launcher:
@@ -710,7 +703,7 @@ def _add_properties(item: pytest.Item) -> None:
     item.user_properties.extend(p for p in run_log.log().properties(item.nodeid) if p[0] not in have)
     run = item.stash.get(_REPEAT, None)
     if run is not None and "repeat" not in have:  # --ct-repeat: which run this is (the counts: the JSON report)
-        from continuous_test.controller.repeat import run_tag
+        from continuous_test.session.repeat import run_tag
 
         item.user_properties.append(("repeat", run_tag(run.mode, run.number, run.count)))
 
@@ -874,9 +867,9 @@ def _summary_message(item: pytest.Item, report: pytest.TestReport, excinfo: Any)
 
 
 def _add_seed_section(report: pytest.TestReport) -> None:
-    from continuous_test.controller.shuffle import failure_line
+    from continuous_test import config as ct_config
 
-    line = failure_line()
+    line = ct_config.shuffle_failure_line()
     if line is not None and line not in str(report.longrepr):  # distributed tests carry it as a note
         report.sections.append(("continuous_test shuffle", line + "\n"))
 
@@ -933,7 +926,7 @@ class _Sharding:
         # world id -> seconds of its starts, and the repeated runs' outcomes.
         self.test_seconds: dict = {}
         self.world_seconds: dict = {}
-        from continuous_test.controller.repeat import RepeatTally
+        from continuous_test.session.repeat import RepeatTally
 
         self.tally = RepeatTally()
         # node id of each repeated run -> the test it repeats (the run report's repeat counts).
@@ -958,7 +951,7 @@ def _sharding(config: pytest.Config) -> _Sharding:
     """Resolve --ct-shard (else CONTINUOUS_TEST_SHARD; ``slurm``: the job array's task), the durations files and
     the repeats."""
     from continuous_test import config as ct_config
-    from continuous_test.controller import shard
+    from continuous_test.session import shard
 
     value = config.getoption("ct_shard")
     chosen = shard.parse_shard(value, "the --ct-shard option") if value is not None else shard.shard_from_env()
@@ -978,13 +971,13 @@ def _sharding(config: pytest.Config) -> _Sharding:
 
 
 def repeat_tally(config: pytest.Config) -> Any:
-    """The :class:`~continuous_test.controller.repeat.RepeatTally` of this session (in the controller: all workers')."""
+    """The :class:`~continuous_test.session.repeat.RepeatTally` of this session (in the controller: all workers')."""
     return config.stash[_SHARDING].tally
 
 
 def item_world(item: pytest.Item) -> str:
-    """The world ``item`` runs in (:func:`continuous_test.controller.shard.world_of`): shards never split one."""
-    from continuous_test.controller.shard import world_of
+    """The world ``item`` runs in (:func:`continuous_test.session.shard.world_of`): shards never split one."""
+    from continuous_test.session.shard import world_of
 
     from continuous_test import sizes
     from continuous_test.functions import SIZE_ARG
@@ -993,8 +986,7 @@ def item_world(item: pytest.Item) -> str:
     name = getattr(item, "originalname", None) or item.name
     cls = getattr(item, "cls", None)
     if cls is not None:  # a test class's: test_x[ws2] is in the world of size 2
-        sized = sizes.parse(name)
-        return world_of(path, cls, name, sized[1] if sized and _has_world(item) else None)
+        return world_of(path, cls, name, sizes.size_of(name) if _has_world(item) else None)
     cls = _test_class(item)
     size = getattr(item, "callspec", None) and item.callspec.params.get(SIZE_ARG)  # type: ignore[attr-defined]
     if cls is not None and size:  # a @distributed function of several sizes: the module's world of this size
@@ -1029,7 +1021,7 @@ def pytest_collection_modifyitems_shard(config: pytest.Config, items: List[pytes
 
 
 def _keep_shard(config: pytest.Config, sharding: _Sharding, items: List[pytest.Item]) -> None:
-    from continuous_test.controller import shard
+    from continuous_test.session import shard
 
     try:
         durations = shard.Durations.load(sharding.durations)
@@ -1057,7 +1049,7 @@ def _keep_shard(config: pytest.Config, sharding: _Sharding, items: List[pytest.I
 def _repeated(items: List[pytest.Item], count: int, fresh: bool) -> List[pytest.Item]:
     """Each item as ``count`` runs in a row; with ``fresh``, ``count`` more of each test of a shared world,
     after that world's shared runs (so that the shared world is started once)."""
-    from continuous_test.controller.repeat import FRESH, SHARED
+    from continuous_test.session.repeat import FRESH, SHARED
 
     out: List[pytest.Item] = []
     pending: List[pytest.Item] = []
@@ -1074,7 +1066,7 @@ def _repeated(items: List[pytest.Item], count: int, fresh: bool) -> List[pytest.
 
 def _run_of(item: pytest.Item, mode: str, number: int, count: int) -> pytest.Item:
     """A new item for run ``number`` of ``count`` of ``item``, with the item's markers, fixtures and settings."""
-    from continuous_test.controller.repeat import RepeatRun, run_name, run_tag
+    from continuous_test.session.repeat import RepeatRun, run_name, run_tag
 
     name = run_name(item.name, mode, number, count)
     original = getattr(item, "originalname", None) or item.name
@@ -1117,7 +1109,7 @@ def pytest_runtest_protocol_fresh(item: pytest.Item, nextitem: Optional[pytest.I
     if cls is None:
         yield
         return
-    from continuous_test.controller.repeat import fresh_world
+    from continuous_test.session.repeat import fresh_world
 
     with fresh_world(cls):
         yield
@@ -1162,7 +1154,7 @@ class _Recorder:
         sharding = self.sharding
         run = getattr(report, "ct_repeat", None)
         if run is not None:
-            from continuous_test.controller.repeat import RepeatRun
+            from continuous_test.session.repeat import RepeatRun
 
             passed = None if report.skipped else (False if report.failed else (True if report.when == "call" else None))
             repeat_run = RepeatRun(*run)
@@ -1200,7 +1192,7 @@ class _Recorder:
         # A shard stores even when it ran nothing: its run's records are committed once every shard stored.
         if sharding.store is None or not (sharding.test_seconds or sharding.shard is not None):
             return
-        from continuous_test.controller.shard import Durations
+        from continuous_test.session.shard import Durations
 
         stored = Durations()
         if os.path.isfile(sharding.store):  # not a FIFO's or a device's: reading one would wait or read nothing

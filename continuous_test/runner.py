@@ -5,7 +5,7 @@ detects torchrun, srun and mpiexec, and exits non-zero on any failure.  Under a 
 only rank 0 prints the report, which already holds every rank's outcome; the
 other ranks run silently and exit with the same status.  With
 ``CONTINUOUS_TEST_SHUFFLE=SEED`` the tests of each class, and the classes of the
-module, run in an order shuffled by that seed (:mod:`continuous_test.controller.shuffle`),
+module, run in an order shuffled by that seed (:mod:`continuous_test.session.shuffle`),
 which is printed at the start and after every failure's traceback.
 """
 from __future__ import annotations
@@ -15,10 +15,10 @@ import sys
 import unittest
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from continuous_test import config, sizes
+from continuous_test import config, session, sizes
 from continuous_test._role import rank_class_of
-from continuous_test.controller import shuffle
-from continuous_test.launched.detect import detect, export_env
+from continuous_test.session import shuffle
+from continuous_test._launch import detect, export_env
 from continuous_test.wire.env import ENV_REPORT, ENV_REPORT_HTML
 
 __all__ = ["run_tests", "write_reports", "ContinuousTestRunner", "ContinuousTestResult", "EXIT_INTERRUPTED",
@@ -108,7 +108,7 @@ class ContinuousTestResult(unittest.TextTestResult):
 
     def _exc_info_to_string(self, err, test) -> str:  # noqa: N802 - unittest's name
         text = super()._exc_info_to_string(err, test)  # type: ignore[misc]
-        line = shuffle.failure_line()
+        line = config.shuffle_failure_line()
         return text if line is None or line in text else f"{text}{line}\n"
 
 
@@ -196,11 +196,7 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     launch = detect()
     export_env(launch)
     silent = launch.is_launcher and launch.rank != 0
-    if not launch.is_launcher and _runs_in_ranks(sys.modules.get(module)):
-        from continuous_test.controller import dispatch  # noqa: F401 - loaded before the first test, not in it
-        from continuous_test.template import server
-
-        server.prepare()  # fork the rank template now, before any test ran
+    session.tests_loaded(_runs_in_ranks(sys.modules.get(module)))  # the rank template, before any test ran
     runner = _SilentRunner if silent else ContinuousTestRunner
     # Checked and made absolute now: a bad path is a usage error before any test runs, and a test
     # that changes the working directory does not move the report.

@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from continuous_test.errors import ConfigError
 
-__all__ = ["SIZED", "parse", "name", "check", "expand", "unexpand", "sized_method", "SizedTest", "WorldSizes",
+__all__ = ["SIZED", "parse", "size_of", "name", "check", "expand", "unexpand", "sized_method", "SizedTest", "WorldSizes",
            "set_size", "test_size", "sizes_of"]
 
 # ``test_x[ws2]``: the base name and the size.
@@ -51,6 +51,12 @@ def parse(method: str) -> Optional[Tuple[str, int]]:
     """``("test_x", 2)`` for ``"test_x[ws2]"``; None for an unsized name."""
     found = SIZED.match(method)
     return (found.group("base"), int(found.group("size"))) if found else None
+
+
+def size_of(method: str) -> Optional[int]:
+    """The size a sized name asks for: 2 for ``"test_x[ws2]"``; None for an unsized name."""
+    parsed = parse(method)
+    return parsed[1] if parsed else None
 
 
 def name(method: str, size: int) -> str:
@@ -191,5 +197,4 @@ def set_size(instance: Any, size: int) -> None:
 
 def test_size(instance: Any) -> Optional[int]:
     """The size of a sized test instance (from its method name), or None."""
-    parsed = parse(getattr(instance, "_testMethodName", ""))
-    return parsed[1] if parsed else None
+    return size_of(getattr(instance, "_testMethodName", ""))

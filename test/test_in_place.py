@@ -13,7 +13,7 @@ import helpers
 import pytest
 from helpers import describe, unittest_counts, verbose_name
 
-from continuous_test.launched.detect import LAUNCH_HINTS, Mode
+from continuous_test._launch import LAUNCH_HINTS, Mode
 from continuous_test.launched.join import OTHER_RUN, PORT_IN_USE, UNRESOLVABLE, WORLD_BROKEN
 from continuous_test.launched.run import world_size_mismatch
 
@@ -244,7 +244,7 @@ def test_ranks_that_ran_different_tests_at_one_position_are_told_apart():
 
     from continuous_test.errors import RendezvousError
     from continuous_test.launched import run as launched_run
-    from continuous_test.launched.detect import Launch
+    from continuous_test._launch import Launch
     from continuous_test.launched.join import Joined
     from continuous_test.wire.outcome import RankOutcome
 

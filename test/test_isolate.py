@@ -7,7 +7,7 @@ import helpers
 import pytest
 from helpers import describe, unittest_counts
 
-from continuous_test import config
+from continuous_test import MultiProcContinuousTest, config
 from continuous_test.controller import bisect
 from continuous_test.controller.world import TestPlan
 
@@ -61,28 +61,38 @@ def test_a_timed_out_test_is_not_rerun():
     from continuous_test.verdict.merge import Status, Verdict
 
     class FakeWorld:  # never started: a timed-out test must not reach a fresh world
-        cls, world_size, starts = None, 2, 1
+        cls, world_size, starts, history = None, 2, 1, []
 
     verdict = Verdict(Status.FAIL, error=RankTimeoutError("T.test_x exceeded its time limit"), restart_world=True)
     bisect.after_test(FakeWorld(), TestPlan("test_x", "T.test_x", 1.0, "restore"), verdict)
     assert helpers.notes(verdict.error) == [bisect.NOT_RERUN]
 
 
-def test_a_world_started_again_starts_a_new_history():
+class TwoRanks(MultiProcContinuousTest):
+    """A world that test_a_world_started_again_starts_a_new_history never starts."""
+
+    world_size = 2
+
+
+def test_a_world_started_again_starts_a_new_history(monkeypatch):
     # The ranks of a restarted world ran none of the tests before the restart (a
     # death between tests, a test sent ahead that the runner did not run): a
     # bisect must not replay them as the failing test's predecessors.
+    from continuous_test.controller import world as worlds
     from continuous_test.verdict.merge import Status, Verdict
 
-    class FakeWorld:
-        cls, world_size, starts = None, 2, 1
-
-    world = FakeWorld()
+    world = worlds.World(TwoRanks, config.resolve(TwoRanks, None))
     for method in ("test_a", "test_b"):
         bisect.after_test(world, TestPlan(method, f"T.{method}", 1.0, "restore"), Verdict(Status.PASS))
-    world.starts = 2
-    bisect.after_test(world, TestPlan("test_c", "T.test_c", 1.0, "restore"), Verdict(Status.PASS))
-    assert [ran.method for ran in bisect._HISTORY[world]] == ["test_c"]
+    assert [ran.method for ran in world.history] == ["test_a", "test_b"]
+
+    def no_ranks(*args, **kwargs):
+        raise RuntimeError("no ranks in this test")
+
+    monkeypatch.setattr(worlds, "start_ranks", no_ranks)
+    with pytest.raises(RuntimeError, match="no ranks"):
+        world.start()
+    assert world.history == []
 
 
 def test_bad_budget_names_its_source():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from continuous_test.launched.detect import (
+from continuous_test._launch import (
     LAUNCH_HINTS,
     Mode,
     detect,

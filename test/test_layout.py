@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
+import helpers
 import pytest
 from helpers import ROOT
 
 PACKAGE = ROOT / "continuous_test"
 
-# The top level: what users import, subclass, run or catch, and two private leaves.
+# The top level: what users import, subclass, run or catch (the private leaves are below).
 API = {"__init__", "case", "multiprocess", "functions", "runner", "pytest_plugin", "migrate", "lint", "ddp",
        "report_html"}
 # Modules anyone may import: they import nothing of the package beyond other leaves.
-LEAVES = {"errors", "_procfs", "_role", "config", "sizes", "fresh_worlds", "launched.detect"}
+LEAVES = {"errors", "_procfs", "_role", "config", "sizes", "fresh_worlds", "_launch", "_assert_equal"}
 # layer -> layers it may import (besides itself and the leaves).
 ALLOWED = {
     "wire": set(),
@@ -30,9 +32,10 @@ ALLOWED = {
     "verdict": {"wire"},
     "template": {"wire"},
     "controller": {"wire", "verdict", "template"},
+    "session": {"wire", "verdict", "template", "controller"},
     "launched": {"wire", "rank", "verdict"},
     "torch_compat": {"api"},
-    "api": {"wire", "rank", "verdict", "template", "controller", "launched", "torch_compat"},
+    "api": {"wire", "rank", "verdict", "template", "controller", "session", "launched", "torch_compat"},
 }
 # What each leaf may import: nothing but other leaves and the wire format.
 LEAF_ALLOWED = {
@@ -40,8 +43,9 @@ LEAF_ALLOWED = {
     "_procfs": set(),
     "sizes": {"errors"},
     "fresh_worlds": {"errors", "sizes"},
-    "launched.detect": {"errors", "wire.env"},
-    "_role": {"launched.detect", "wire.messages", "wire.outcome", "wire.env", "errors"},
+    "_launch": {"errors", "wire.env"},
+    "_assert_equal": set(),
+    "_role": {"_launch", "wire.messages", "wire.outcome", "wire.env", "errors"},
     "config": {"errors", "sizes", "wire.env", "wire.messages", "wire.outcome"},
 }
 # The declared exceptions: (importer, imported) and why.
@@ -54,7 +58,7 @@ EXCEPTIONS = {
 # Modules that run in every rank process (its module-level imports, transitively):
 # none of them may bring the controller, the verdict or a launcher's code along.
 RANK_ENTRY = "rank.main"
-NOT_IN_RANKS = ("controller", "verdict", "launched", "template")
+NOT_IN_RANKS = ("controller", "session", "verdict", "launched", "template")
 
 
 def modules() -> Dict[str, Path]:
@@ -166,6 +170,37 @@ def test_there_is_no_import_cycle():
     assert [c for c in cycles if not c.startswith("__init__")] == []
 
 
+def room(module: str) -> str:
+    """A room: a subpackage (``controller``), or a top-level module (``case``)."""
+    return module.split(".")[0]
+
+
+def test_every_import_runs_down_between_rooms():
+    # Rooms, like modules, form no loop: a room that imports another is above it.
+    # Imports of the package root are its lazy public names, not an import between rooms.
+    graph: Dict[str, Set[str]] = {}
+    why: Dict[Tuple[str, str], str] = {}
+    for module, targets in EDGES.items():
+        for target, _ in targets:
+            if target != "__init__" and room(module) != room(target):
+                graph.setdefault(room(module), set()).add(room(target))
+                why.setdefault((room(module), room(target)), f"{module} -> {target}")
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            node = todo.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                todo += graph.get(node, ())
+        return False
+
+    upward = sorted(why[(a, b)] for a in graph for b in graph[a] if reaches(b, a))
+    assert upward == [], "these imports close a loop between rooms: move the module they need down"
+
+
 def test_ranks_load_no_controller_code():
     seen, todo = set(), [RANK_ENTRY]
     while todo:
@@ -175,6 +210,17 @@ def test_ranks_load_no_controller_code():
         seen.add(module)
         todo += [t for t, top in EDGES.get(module, ()) if top and t != "__init__"]
     assert sorted(m for m in seen if m.startswith(NOT_IN_RANKS) and layer(m) != "leaf") == []
+
+
+@pytest.mark.e2e
+def test_a_rank_loads_no_controller_or_verdict_code(tmp_path):
+    # Read from real ranks' sys.modules: under the fresh-interpreter template a rank holds only what ranks
+    # import (a forked template, or one forked from the test suite's zygote, shares a controller's modules).
+    env = {"CONTINUOUS_TEST_START_METHOD": "forkserver", "RANK_MODULES_DIR": str(tmp_path)}
+    proc = helpers.run([sys.executable, "test_rank_modules.py"], env=env, fresh=True)
+    loaded = {path.name: path.read_text() for path in tmp_path.iterdir()}
+    assert proc.returncode == 0 and len(loaded) == 4, helpers.describe(proc)
+    assert {rank: modules for rank, modules in loaded.items() if modules} == {}
 
 
 def test_no_module_finds_another_by_name():
@@ -192,7 +238,7 @@ def test_the_preload_list_names_modules_that_exist():
 
 # Exceptions that never leave the module that raises them.
 INTERNAL_EXCEPTIONS = {
-    "torch_compat/assert_equal.py": {"Mismatch"},  # caught by TestCase.assertEqual, re-raised as a failure
+    "_assert_equal.py": {"Mismatch"},  # caught by TestCase.assertEqual, re-raised as a failure
     "controller/bisect.py": {"_Stop"},  # ends a replay; the note says why
 }
 
@@ -215,16 +261,6 @@ def test_exceptions_are_importable_from_the_package_and_from_where_they_were():
 
     for name in errors.__all__:
         assert getattr(continuous_test, name) is getattr(errors, name), name
-    # The module paths that held them before 0.2, for one release.
-    from continuous_test.in_place import RendezvousError
-    from continuous_test.leaks import LeakError, LeakWarning
-    from continuous_test.protocol import ProtocolError
-    from continuous_test.report import RankDiedError, RemoteError
-    from continuous_test.world import WorldStartError
-
-    assert (RendezvousError, LeakError, LeakWarning, ProtocolError, RankDiedError, RemoteError, WorldStartError) == (
-        errors.RendezvousError, errors.LeakError, errors.LeakWarning, errors.ProtocolError, errors.RankDiedError,
-        errors.RemoteError, errors.WorldStartError)
     from continuous_test.config import ConfigError
 
     assert ConfigError is errors.ConfigError
@@ -237,6 +273,10 @@ def test_a_broken_rule_is_caught(monkeypatch):
         test_imports_go_only_where_the_layout_allows()
     with pytest.raises(AssertionError):
         test_ranks_load_no_controller_code()
+    # A leaf that imports a room whose modules import it closes a loop between rooms.
+    monkeypatch.setitem(EDGES, "_role", EDGES["_role"] | {("launched.join", False)})
+    with pytest.raises(AssertionError):
+        test_every_import_runs_down_between_rooms()
     monkeypatch.setitem(EDGES, "wire.env", EDGES["wire.env"] | {("wire.messages", False)})
     monkeypatch.setitem(EDGES, "wire.messages", EDGES["wire.messages"] | {("wire.env", False)})
     with pytest.raises(AssertionError):

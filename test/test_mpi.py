@@ -19,7 +19,7 @@ import pytest
 from helpers import describe, unittest_counts
 
 from continuous_test.errors import ConfigError
-from continuous_test.launched.detect import LAUNCH_HINTS, Mode, detect, export_env, mpi_port
+from continuous_test._launch import LAUNCH_HINTS, Mode, detect, export_env, mpi_port
 from continuous_test.launched.join import _launcher_store
 
 LAUNCH_TIMEOUT = 90  # a guard against hangs, never a performance assertion

@@ -373,7 +373,7 @@ if __name__ == "__main__":
 
 @pytest.mark.world
 def test_repeat_counts_reach_the_report_and_each_run_is_a_junit_property(tmp_path):
-    # --ct-repeat (controller/repeat.py) fills each run's "repeat" in the JSON; JUnit names the run.
+    # --ct-repeat (session/repeat.py) fills each run's "repeat" in the JSON; JUnit names the run.
     report, junit = tmp_path / "run.json", tmp_path / "junit.xml"
     proc = helpers.pytest("test_world_sizes.py", "-k", "all_reduce and ws2", "--ct-repeat=3", f"--ct-report={report}",
                           f"--junitxml={junit}")

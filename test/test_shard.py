@@ -23,7 +23,7 @@ import pytest
 from helpers import describe, verbose_name
 
 from continuous_test import config
-from continuous_test.controller import repeat, shard
+from continuous_test.session import repeat, shard
 from continuous_test.errors import ConfigError
 from continuous_test.wire.env import ENV_DURATIONS, ENV_REPEAT, ENV_REPEAT_FRESH, ENV_SHARD
 

@@ -8,7 +8,7 @@ import pytest
 from helpers import describe
 
 from continuous_test import config
-from continuous_test.controller import shuffle
+from continuous_test.session import shuffle
 
 DEFAULT = ["Alpha.test_a", "Alpha.test_b", "Alpha.test_c", "Alpha.test_d", "Beta.test_a", "Beta.test_b",
            "Beta.test_c", "Zeta.test_a", "Zeta.test_fails", "Zeta.test_z"]
@@ -43,7 +43,7 @@ def test_the_seed_is_in_every_failure_report():
     proc = helpers.python("test_shuffle.py", env=seeded("7", FAIL_ONE="1"))
     assert proc.returncode == 1
     failure = proc.stderr.split("FAIL: test_fails")[1]
-    assert shuffle.FAILURE_LINE.format(seed=7) in failure, describe(proc)
+    assert config.SHUFFLE_FAILURE_LINE.format(seed=7) in failure, describe(proc)
 
 
 @pytest.mark.world
@@ -56,7 +56,7 @@ def test_pytest_same_order_with_k_and_x():
     proc = helpers.pytest("test_shuffle.py", "-s", "--ct-shuffle=7", "-x", env={"FAIL_ONE": "1"})
     expected = unittest_order[:unittest_order.index("Zeta.test_fails") + 1]
     assert order(proc) == expected, describe(proc)
-    assert shuffle.FAILURE_LINE.format(seed=7) in proc.stdout
+    assert config.SHUFFLE_FAILURE_LINE.format(seed=7) in proc.stdout
 
 
 @pytest.mark.e2e

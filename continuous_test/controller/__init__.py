@@ -40,8 +40,11 @@ Modules: :mod:`~.dispatch` (a test to its verdict), :mod:`~.world` (the shared
 world and its registry), :mod:`~.processes` (starting, spares, killing, reaping),
 :mod:`~.watch` (the wait loop, stacks), :mod:`~.fresh` (fresh ranks),
 :mod:`~.ahead` (which test comes next), :mod:`~.bisect` (rerun and bisect),
-:mod:`~.progress` (heartbeats, live output), :mod:`~.shuffle` (test order),
-:mod:`~.coverage` (the ranks' coverage data).  The controller imports the wire
-format, the verdict and the template, never the rank's code, but for the rank
-process's entry point.
+:mod:`~.progress` (heartbeats, live output), :mod:`~.devices` (device leases),
+:mod:`~.output` (a rank's output in a report), :mod:`~.run_log` (the run's
+record), :mod:`~.coverage` (the ranks' coverage data).  The controller drives
+ranks only: what a run does to its tests as a whole (order, shards, repeats) is
+the session's (:mod:`continuous_test.session`), above it.  The controller imports
+the wire format, the verdict and the template, never the rank's code, but for
+the rank process's entry point.
 """

@@ -34,10 +34,11 @@ import unittest
 import unittest.suite
 from typing import Any, Dict, Optional, Tuple
 
+from continuous_test import _role
 from continuous_test._role import RANK_CLASS_ATTR
 
 
-__all__ = ["next_in_suite", "set_pytest_next", "next_test", "skipped_by_unittest"]
+__all__ = ["next_in_suite", "set_pytest_next", "next_test"]
 
 _SUITE_RUN = unittest.suite.TestSuite.run.__code__
 # How far above the caller the suite's frame may be (subclasses' run() overrides add frames).
@@ -92,12 +93,7 @@ def next_test(case: unittest.TestCase) -> Optional[str]:
     if following is None or type(following) is not cls:
         return None
     name = following._testMethodName
-    return None if skipped_by_unittest(cls, name) else name
-
-
-def skipped_by_unittest(cls: type, method: str) -> bool:
-    """True when unittest (or pytest, for a unittest class) skips ``cls.method`` without running it."""
-    return bool(getattr(cls, "__unittest_skip__", False) or getattr(getattr(cls, method, None), "__unittest_skip__", False))
+    return None if _role.skipped_by_unittest(cls, name) else name
 
 
 def _class_allows(cls: type) -> bool:

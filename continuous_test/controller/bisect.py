@@ -31,12 +31,11 @@ wait as long again.
 from __future__ import annotations
 
 import time
-import weakref
 from dataclasses import replace
 from typing import Any, List, Optional, Sequence, Tuple
 
 from continuous_test import config
-from continuous_test.controller import run_log, shuffle
+from continuous_test.controller import run_log
 from continuous_test.controller.world import TestPlan, World
 from continuous_test.errors import RankTimeoutError
 from continuous_test.verdict.merge import Verdict
@@ -93,11 +92,6 @@ INTERRUPTED = "continuous_test: rerun and bisect interrupted (Ctrl-C); the failu
 INTERRUPTED_STOP = "continuous_test: rerun and bisect interrupted (Ctrl-C)"
 
 
-# The tests each live world ran since it started; a world that is restarted
-# (after any failure, fault or unrestorable leak) starts a new history.
-_HISTORY: "weakref.WeakKeyDictionary[World, List[TestPlan]]" = weakref.WeakKeyDictionary()
-# Per world: its start count when its history was last extended.
-_STARTS: "weakref.WeakKeyDictionary[World, int]" = weakref.WeakKeyDictionary()
 # Seconds spent on reruns and bisects in this process.
 _spent = 0.0
 
@@ -113,12 +107,13 @@ def reset_budget() -> None:
 
 
 def after_test(world: World, plan: TestPlan, verdict: Verdict) -> Verdict:
-    """Record the test of ``plan`` in ``world``'s history; if it failed, add the diagnosis to ``verdict``."""
-    history = _HISTORY.setdefault(world, [])
-    starts = world.starts
-    if _STARTS.get(world) != starts:  # the ranks started again since: they ran none of it
-        history.clear()
-        _STARTS[world] = starts
+    """Record the test of ``plan`` in ``world``'s history; if it failed, add the diagnosis to ``verdict``.
+
+    The history is the world's (:attr:`World.history`), begun anew whenever its ranks
+    start: a test after which the world restarts (any failure, fault or unrestorable
+    leak) is not kept.
+    """
+    history = world.history
     if verdict.failed and not verdict.expected_failure:
         budget = config.bisect_budget()
         if budget <= 0:
@@ -138,13 +133,11 @@ def after_test(world: World, plan: TestPlan, verdict: Verdict) -> Verdict:
             except KeyboardInterrupt:  # the failure is known: it is reported, then the run stops
                 note, verdict.interrupted = INTERRUPTED, True
                 run_log.log().diagnosed(run_log.INTERRUPTED, text=note)
-        seed_line = shuffle.failure_line()
+        seed_line = config.shuffle_failure_line()
         for text in (note, seed_line):
             if text:
                 _add_note(verdict, text)
-    if verdict.restart_world:
-        history.clear()
-    else:
+    if not verdict.restart_world:
         history.append(plan)
     return verdict
 

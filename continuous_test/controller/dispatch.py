@@ -136,7 +136,7 @@ def function_verdict(cls: type, name: str, test_id: str, kwargs: Dict[str, objec
 
 
 def _run_in_world(cls: type, planned: TestPlan, then: Optional[Callable[[], Optional[TestPlan]]] = None) -> Verdict:
-    started = world.start_world_for(cls, _size(planned.method))
+    started = world.start_world_for(cls, sizes.size_of(planned.method))
     verdict = started.run_test(planned, then=then)
     return bisect.after_test(started, planned, verdict)
 
@@ -148,7 +148,7 @@ def _run_in_a_world_of_its_own(cls: type, planned: TestPlan) -> Verdict:
     tests.  Nothing the test leaves can reach another test, so its leak check is
     off, and a failure is neither rerun nor bisected.
     """
-    own = world.World(cls, config.resolve(cls, _size(planned.method)))
+    own = world.World(cls, config.resolve(cls, sizes.size_of(planned.method)))
     own.for_one_test = True
     run_log.log().use_lane(own, run_log.log().own_world_lane(cls, own.world_size))
     try:
@@ -161,14 +161,9 @@ def _run_in_a_world_of_its_own(cls: type, planned: TestPlan) -> Verdict:
     return verdict
 
 
-def _size(method: str) -> Optional[int]:
-    sized = sizes.parse(method)
-    return sized[1] if sized else None
-
-
 def _next_plan(cls: type, following: Optional[str], current: str) -> Optional[Callable[[], Optional[TestPlan]]]:
     """What the world may send ahead once every rank passed: the next test's plan, or None."""
-    if following is None or _size(following) != _size(current) or fresh_worlds.wanted(cls, following):
+    if following is None or sizes.size_of(following) != sizes.size_of(current) or fresh_worlds.wanted(cls, following):
         return None  # no next test, or it runs in the world of another size, or in one of its own
 
     def next_plan() -> Optional[TestPlan]:

@@ -156,7 +156,10 @@ class World:
         # until run_test takes it.
         self._ahead: Optional[Tuple[TestPlan, Tuple[int, float]]] = None
         self.sent_ahead = 0  # how many tests were sent ahead (test_ahead's scenarios read it)
-        self.starts = 0  # how many times the ranks were started (bisect's history is per start)
+        self.starts = 0  # how many times the ranks were started
+        # The tests these ranks ran since they started, that a failure's bisect replays
+        # (continuous_test.controller.bisect): new ranks ran none of it.
+        self.history: List[TestPlan] = []
         # What the run log says this world's starts are for: tests, or a rerun or bisect (set by bisect).
         self.purpose = "tests"
         # Whether this world runs one test and is stopped after it (a world of its own, a
@@ -188,6 +191,7 @@ class World:
         self.dir = tempfile.mkdtemp(prefix=f"world-{files.name_part(self.cls.__name__, 100)}-", dir=template.private_dir())
         self._reinit = None
         self.starts += 1
+        self.history = []
         began = time.monotonic()
         try:
             self.lease = self._lease()
@@ -473,11 +477,11 @@ def _with_details(text: str, tb: Optional[str], rank: int, output: str) -> str:
 # size; None for a class of one size.
 _WORLDS: Dict[Tuple[type, Optional[int]], World] = {}
 # Seconds spent starting the worlds of each class in this process, all starts together
-# (continuous_test.controller.shard charges them to the world, not to the test that started it).
+# (continuous_test.session.shard charges them to the world, not to the test that started it).
 _START_SECONDS: Dict[type, float] = {}
 
 
-# Classes whose worlds each run one test now (continuous_test.controller.repeat's fresh runs).
+# Classes whose worlds each run one test now (continuous_test.session.repeat's fresh runs).
 _ONE_TEST: set = set()
 
 

@@ -22,7 +22,7 @@ from typing import Any, List, Optional
 
 from continuous_test import config
 from continuous_test.errors import RendezvousError
-from continuous_test.launched.detect import Launch, export_env
+from continuous_test._launch import Launch, export_env
 from continuous_test.rank.run import remember_default_group
 
 

@@ -20,7 +20,7 @@ test may have broken.  The exchange after each test is also the barrier that
 brings every rank to a known point, from which a broken default group can be
 replaced (:func:`continuous_test.launched.join.rebuild`): a new group on new keys,
 while the old one is abandoned (shutting down a broken gloo group can hang).  Every
-key lives under the launch's ``run_id`` (:mod:`continuous_test.launched.detect`), so
+key lives under the launch's ``run_id`` (:mod:`continuous_test._launch`), so
 a rank that reached another run's store never joins that run's world.
 
 A per-test time limit runs on each rank (:mod:`continuous_test.launched.time_limit`).
@@ -43,9 +43,9 @@ import unittest
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from continuous_test import config, sizes
+from continuous_test import _role, config, sizes
 from continuous_test.errors import RendezvousError
-from continuous_test.launched.detect import Launch
+from continuous_test._launch import Launch
 from continuous_test.launched.join import WORLD_BROKEN, Joined, connect, group_intact, join, rebuild
 from continuous_test.launched.output import Output
 from continuous_test.launched.time_limit import TimeLimit
@@ -95,7 +95,7 @@ ORDER_MISMATCH = (
 
 def run_in_place(case: unittest.TestCase, result, launch: Launch):
     """Run ``case`` on this rank and record the verdict merged across all ranks."""
-    if _decorated_skip(case):
+    if _role.skipped_by_unittest(type(case), case._testMethodName):
         return _skip_in_place(case, result, launch)
     return replay.run_with(case, result, lambda: run_case_in_place(case, launch, replay.short_id(case)))
 
@@ -259,7 +259,7 @@ def run_fresh_once(case: unittest.TestCase, result, launch: Launch,
     test = replay.short_id(case)
     if launch.rank != 0:
         return replay.run_with(case, result, lambda: _fresh_verdict(case, launch, test))
-    if _decorated_skip(case):
+    if _role.skipped_by_unittest(type(case), case._testMethodName):
         return run(result)  # unittest records the skip; no rank counts this test
     try:
         joined = connect(type(case), launch)
@@ -296,11 +296,6 @@ def _fresh_verdict(case: unittest.TestCase, launch: Launch, test: str) -> Verdic
     if status is Status.FAIL:
         return Verdict(Status.FAIL, error=RuntimeError(FRESH_FAILED.format(test=test)))
     return Verdict(status, skip_reason=reason)
-
-
-def _decorated_skip(case: unittest.TestCase) -> bool:
-    method = getattr(case, case._testMethodName)
-    return bool(getattr(type(case), "__unittest_skip__", False) or getattr(method, "__unittest_skip__", False))
 
 
 def _raise(error: BaseException) -> Verdict:

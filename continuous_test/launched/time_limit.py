@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any, Dict, Optional, Tuple
 
 from continuous_test.launched import output
-from continuous_test.launched.detect import Launch
+from continuous_test._launch import Launch
 from continuous_test.launched.join import STORE_PREFIX
 from continuous_test.rank import recorder
 from continuous_test.rank.run import format_stacks

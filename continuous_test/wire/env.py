@@ -102,7 +102,7 @@ SWITCHES = {ENV_AHEAD: True, ENV_LIVE_OUTPUT: False, ENV_RECORD: True, ENV_TORCH
 ENV_COVERAGE = "CONTINUOUS_TEST_COVERAGE"
 COVERAGE_SUFFIX = "continuous_test"
 # Set in every rank a controller started, so that nothing there takes the RANK and
-# WORLD_SIZE variables it also sets for a launcher's (continuous_test.launched.detect).
+# WORLD_SIZE variables it also sets for a launcher's (continuous_test._launch).
 ENV_RANK_MARKER = "CONTINUOUS_TEST_CONTROLLED_RANK"
 # The controller's private directory, which the template removes if the controller dies.
 ENV_PRIVATE_DIR = "CONTINUOUS_TEST_PRIVATE_DIR"

@@ -27,10 +27,9 @@ from typing import Any, Dict, List, Optional
 
 from continuous_test import config
 
-__all__ = ["order_key", "install", "install_default", "shuffle_items", "random_seed", "SEED_LINE", "FAILURE_LINE"]
+__all__ = ["order_key", "install", "install_default", "shuffle_items", "random_seed", "SEED_LINE"]
 
 SEED_LINE = "continuous_test: test order shuffled with seed {seed} (CONTINUOUS_TEST_SHUFFLE={seed} replays it)"
-FAILURE_LINE = "test order shuffled with seed {seed}: CONTINUOUS_TEST_SHUFFLE={seed} replays it"
 _INSTALLED = "_continuous_test_shuffle_seed"
 
 
@@ -99,10 +98,3 @@ def shuffle_items(items: List[Any], seed: int) -> None:
 
 def _scope_name(scope: Optional[type]) -> str:
     return "" if scope is None else scope.__qualname__
-
-
-def failure_line(seed: Optional[int] = None) -> Optional[str]:
-    """The line a failure report gets when the order was shuffled, else None."""
-    if seed is None:
-        seed = config.shuffle_seed()
-    return None if seed is None else FAILURE_LINE.format(seed=seed)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, List, Optional, Set, Tuple
 
 from continuous_test import config, sizes
-from continuous_test.controller import repeat, shard
+from continuous_test.session import repeat, shard
 
 __all__ = ["Prepared", "prepare", "case_world", "case_id"]
 
@@ -39,10 +39,9 @@ def _path(cls: type) -> str:
 
 
 def case_world(case: unittest.TestCase) -> str:
-    """The world ``case`` runs in (:func:`continuous_test.controller.shard.world_of`)."""
+    """The world ``case`` runs in (:func:`continuous_test.session.shard.world_of`)."""
     cls, name = type(case), case._testMethodName
-    sized = sizes.parse(name)  # test_x[ws2]: the class's world of size 2
-    return shard.world_of(_path(cls), cls, name, sized[1] if sized else None)
+    return shard.world_of(_path(cls), cls, name, sizes.size_of(name))  # test_x[ws2]: the world of size 2
 
 
 def case_id(case: unittest.TestCase) -> str:
