@@ -67,6 +67,17 @@ class RpcWorld(MultiProcContinuousTest):
     def _spawn_processes(self) -> None:
         """Nothing to start: the test already runs in the world's ranks."""
 
+    def __getstate__(self) -> Dict[str, Any]:
+        """The test case without unittest's state of the running test (its result's streams do not pickle).
+
+        torch's tests send bound methods of ``self`` over RPC (``rpc_async(...,
+        self._trainer_func)``); torch's spawned ranks call the test method without
+        ``unittest.TestCase.run``, so there the case has no ``_outcome``.
+        """
+        state = dict(self.__dict__)
+        state.pop("_outcome", None)
+        return state
+
 
 SpawnHelper = rebase(_torch_rpc_utils.SpawnHelper, {_torch_distributed.MultiProcessTestCase: RpcWorld}, __name__)
 
