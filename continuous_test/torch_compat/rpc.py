@@ -67,8 +67,29 @@ class RpcWorld(MultiProcContinuousTest):
     def _spawn_processes(self) -> None:
         """Nothing to start: the test already runs in the world's ranks."""
 
+    def setUp(self) -> None:
+        """Hide the launcher variables a rank has (``RANK``, ``WORLD_SIZE``, ...) for the test, as torch's spawned ranks lack them.
+
+        ``init_rpc(init_method="env://")`` without a rank must fail as it does there
+        (torch's ``test_dynamic_rpc_init_rpc_without_rank``); they are put back after the test.
+        """
+        super().setUp()
+        for name in _HIDDEN_VARIABLES:
+            if name in os.environ:
+                self.addCleanup(os.environ.__setitem__, name, os.environ.pop(name))
+
+    def tearDown(self) -> None:
+        """End an RPC agent the test left running (torch's spawned ranks exit after each test), without waiting for peers."""
+        try:
+            import torch.distributed.rpc as rpc
+
+            if rpc.is_available() and rpc.api._is_current_rpc_agent_set():
+                rpc.shutdown(graceful=False)
+        finally:
+            super().tearDown()
+
     def __getstate__(self) -> Dict[str, Any]:
-        """The test case without unittest's state of the running test (its result's streams do not pickle).
+        """The test case without unittest's state of the running test (its result's streams, its cleanups do not pickle).
 
         torch's tests send bound methods of ``self`` over RPC (``rpc_async(...,
         self._trainer_func)``); torch's spawned ranks call the test method without
@@ -76,16 +97,21 @@ class RpcWorld(MultiProcContinuousTest):
         """
         state = dict(self.__dict__)
         state.pop("_outcome", None)
+        state.pop("_cleanups", None)
         return state
 
 
 SpawnHelper = rebase(_torch_rpc_utils.SpawnHelper, {_torch_distributed.MultiProcessTestCase: RpcWorld}, __name__)
 
 
+# What a controller's rank has in its environment and torch's spawned ranks do not.
+_HIDDEN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 # Functions of torch's RPC helpers that make a default process group.
 _GROUP_MAKERS = {"initialize_pg", "init_process_group"}
 # Names that mean the code holds an RRef: rpc.remote, RRef, to_here, RemoteModule, anything named *rref*.
 _RREF_WORDS = ("rref", "remote", "to_here")
+# torch's rpc_test module's futures, which complete once per process (set_value, wait_for_value_future).
+_ONCE_PER_PROCESS = {"value_future", "done_future"}
 # Where the functions a test calls are followed: torch's testing code, not torch itself.
 _FOLLOWED = "torch.testing._internal"
 
@@ -102,12 +128,32 @@ def needs_fresh_ranks(cls: type, name: str) -> bool:
       name with ``rref``): torch's RRef context is a process-wide singleton bound to
       the first RPC agent the process ever had (``RRefContext::getInstance``), so
       in a rank whose earlier test ran ``init_rpc`` and ``shutdown``, an RRef sends
-      through that dead agent ("RPC is no longer running on this node").
+      through that dead agent ("RPC is no longer running on this node");
+    * it calls ``init_rpc`` without ``world_size`` (dynamic RPC): on torch 2.13 such a
+      test fails after a static ``init_rpc`` and ``shutdown`` in the same process;
+    * it uses ``VALUE_FUTURE`` or ``DONE_FUTURE`` of torch's ``rpc_test`` (through
+      ``set_value``, ``wait_for_value_future``): module-level futures that complete
+      once per process, so a second test in the same ranks finds them done.
     """
     if changes_its_world(cls, name):
         return True
     words = _words(cls, name.split("[", 1)[0])
-    return bool(words & _GROUP_MAKERS) or any(token in word for word in words for token in _RREF_WORDS)
+    if _dynamic_rpc(cls, name.split("[", 1)[0]):
+        return True
+    return bool(words & (_GROUP_MAKERS | _ONCE_PER_PROCESS)) or any(token in word for word in words for token in _RREF_WORDS)
+
+
+def _dynamic_rpc(cls: type, name: str) -> bool:
+    """Whether the test itself calls ``init_rpc`` without ``world_size`` (dynamic RPC)."""
+    func = inspect.getattr_static(cls, name, None)
+    func = inspect.unwrap(getattr(func, "__func__", func)) if func is not None else None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func)))  # type: ignore[arg-type]
+    except (OSError, TypeError, SyntaxError):
+        return False
+    return any(isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "init_rpc"
+               and not any(k.arg == "world_size" for k in node.keywords) and len(node.args) < 4
+               for node in ast.walk(tree))
 
 
 def _words(cls: type, name: str) -> Set[str]:
