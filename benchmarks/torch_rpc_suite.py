@@ -116,9 +116,15 @@ CI_SUBSET = [
         test_add test_async_function_simple test_nested_rref test_py_function_exception test_self_add
         test_worker_id test_wait_all test_rref_leak test_handle_send_exceptions test_local_shutdown
         test_init_pg_then_rpc test_world_size_one"""),
-    *_ids("TensorPipeDistAutogradTest", "test_backward_simple test_autograd_context"),
+    *_ids("TensorPipeDistAutogradTest", "test_backward_simple test_autograd_context test_clean_context_during_backward"),
     *_ids("TensorPipeRemoteModuleTest", "test_forward_sync"),
     *_ids("TensorPipeJitRpcTest", "test_torchscript_function"),
+    # Each failed in our first full run, before the fix that docs/rpc.rst names.
+    *_ids("TensorPipeRpcTest", "test_my_parameter_server test_function_not_on_callee"),
+    *_ids("TensorPipeTensorPipeAgentRpcTest", """
+        test_infer_backend_from_options test_mismatched_type_for_options test_dynamic_rpc_init_rpc
+        test_dynamic_rpc_init_rpc_without_rank"""),
+    *_ids("FaultyFaultyAgentRpcTest", "test_check_failed_messages test_verify_backend_options"),
 ]
 
 
@@ -160,7 +166,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.record:
         if "torch" not in runs:
             parser.error("--record needs the torch run (--engine both or torch, or --torch-from)")
-        recorded = {name: runs["torch"].tests[name][0] for name in sorted(CI_SUBSET) if name in runs["torch"].tests}
+        # This run's verdicts replace the recorded ones of the same tests; the file keeps the CI subset's.
+        previous = json.loads(VERDICTS.read_text())["torch_verdicts"] if VERDICTS.exists() else {}
+        merged = {**previous, **{name: verdict for name, (verdict, _) in runs["torch"].tests.items()}}
+        recorded = {name: merged[name] for name in sorted(CI_SUBSET) if name in merged}
         VERDICTS.write_text(json.dumps({"torch_verdicts": recorded}, indent=1, sort_keys=True) + "\n")
         print(f"torch's verdicts recorded: {VERDICTS}")
     return 0 if all(run.tests for run in runs.values()) else 1
