@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/torch_rpc_suite.py [--subset compared | --subset ci | --all | -k EXPR]
+    python benchmarks/torch_rpc_suite.py [--subset compared|ci|recorded | --all | -k EXPR]
                                          [--engine both|torch|ours] [--torch-from PATH]
                                          [--json PATH] [--record]
 
@@ -23,7 +23,8 @@ faulty-agent tests.  The two agents run in separate pytest processes, as torch's
 files do: importing the faulty fixture re-creates rpc's ``BackendType`` enum.
 ``--subset compared`` is :data:`COMPARED`, the tests whose torch verdicts were
 recorded (torch's runner takes about 9 s a test here, 70 minutes for all);
-``--subset ci`` is :data:`CI_SUBSET`.  ``--record`` writes torch's verdicts of this
+``--subset ci`` is :data:`CI_SUBSET`; ``--subset recorded`` the tests of the
+torch run that ``--torch-from`` names.  ``--record`` writes torch's verdicts of this
 invocation to ``benchmarks/results/torch_rpc_suite_verdicts.json``, which
 ``test/test_torch_rpc_suite.py`` reads.  ``--torch-from PATH`` takes torch's run from
 an earlier JSON of this script.  Wall time is the sum of the pytest processes', from
@@ -135,7 +136,8 @@ def agent_of(test_id: str) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--subset", choices=["compared", "ci"], help="COMPARED (about 110 tests) or CI_SUBSET")
+    which.add_argument("--subset", choices=["compared", "ci", "recorded"],
+                       help="COMPARED (114 tests), CI_SUBSET, or the tests of --torch-from's torch run")
     which.add_argument("--all", action="store_true", help="every test of both agents (torch's run takes 70 minutes)")
     which.add_argument("-k", dest="expr", help="a pytest -k expression over the test names (both agents)")
     parser.add_argument("--engine", choices=["both", "torch", "ours"], default="both")
@@ -151,6 +153,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.torch_from is not None:
         earlier = Run.from_json("torch", json.loads(args.torch_from.read_text())["runs"]["torch"])
         engines = [e for e in engines if e != "torch"]
+        if args.subset == "recorded":
+            ids = sorted(earlier.tests)
+    elif args.subset == "recorded":
+        parser.error("--subset recorded needs --torch-from")
     runs = {engine: run_engine(engine, ids, args.expr) for engine in engines}
     if earlier is not None:
         wanted = set(ids) if ids is not None else None
