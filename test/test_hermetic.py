@@ -24,6 +24,17 @@ def test_loopback_only_and_private_files(tmp_path):
     assert [p for p in os.listdir(tmp_path) if not p.startswith("torchinductor_")] == []
 
 
+@pytest.mark.world
+def test_rpc_listens_on_loopback_only_also_after_ranks_leave_early():
+    # TensorPipe's listeners (TP_SOCKET_IFNAME, pinned by each rank) and its gloo group,
+    # while RPC runs, and in the next test of the same ranks after a non-graceful shutdown.
+    proc = helpers.python("test_hermetic_rpc.py", "-v")
+    assert proc.returncode == 0, describe(proc)
+    assert unittest_counts(proc.stderr) == {"ran": 4}, describe(proc)
+    assert "rpc listening: [('tcp', '127.0.0.1'" in proc.stdout + proc.stderr, describe(proc)
+    assert "listening after an early leave: [('tcp', '127.0.0.1'" in proc.stdout + proc.stderr, describe(proc)
+
+
 def _external_interface():
     for _, name in socket.if_nameindex():
         if name.startswith("lo"):
@@ -47,6 +58,19 @@ def test_the_loopback_check_can_fail():
     assert proc.returncode == 1, describe(proc)
     assert "FAIL: test_every_listening_socket_is_loopback" in proc.stderr, describe(proc)
     assert "test_gloo_interface_is_loopback_unless_configured" not in proc.stderr.split("FAIL:", 1)[1]
+
+
+@pytest.mark.e2e
+def test_the_rpc_loopback_check_can_fail():
+    # With TensorPipe told to use a real interface, the RPC socket checks must fail.
+    iface = _external_interface()
+    if iface is None:
+        pytest.skip("no non-loopback interface with an IPv4 address on this machine")
+    proc = helpers.python("test_hermetic_rpc.py", "-v", real=True,
+                          env={"TP_SOCKET_IFNAME": iface, "EXPECTED_TP_IFNAME": iface})
+    assert proc.returncode == 1, describe(proc)
+    assert "FAIL: test_1_rpc_listeners_are_loopback" in proc.stderr, describe(proc)
+    assert "FAIL: test_3_nothing_beyond_loopback_after_early_leave" in proc.stderr, describe(proc)
 
 
 def _can_unshare() -> str:

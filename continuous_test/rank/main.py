@@ -353,10 +353,11 @@ def _apply_env(spec: RankSpec) -> None:
         LOCAL_WORLD_SIZE=str(spec.world_size),
         **{ENV_RANK_MARKER: "1"},
     )
-    if not os.environ.get("GLOO_SOCKET_IFNAME") and not os.environ.get("GLOO_DEVICE_TRANSPORT"):
-        lo = loopback_interface()
-        if lo:
-            os.environ["GLOO_SOCKET_IFNAME"] = lo
+    lo = loopback_interface()
+    if lo and not os.environ.get("GLOO_SOCKET_IFNAME") and not os.environ.get("GLOO_DEVICE_TRANSPORT"):
+        os.environ["GLOO_SOCKET_IFNAME"] = lo
+    if lo and not os.environ.get("TP_SOCKET_IFNAME"):  # TensorPipe's (RPC's) listeners, read once per process
+        os.environ["TP_SOCKET_IFNAME"] = lo
     _apply_torch_settings(spec.torch_settings)
 
 

@@ -183,6 +183,7 @@ def set_world_size(cls: Any, world_size: int) -> None:
 # The default group this rank joined; a test that destroys or replaces it is
 # noticed (default_group_changed) and every rank joins a new one before the next test.
 _expected_group: Any = None
+_NO_GROUP = object()  # joined a world without a default group
 
 
 def remember_default_group() -> None:
@@ -190,7 +191,8 @@ def remember_default_group() -> None:
     from torch.distributed import distributed_c10d as c10d
 
     global _expected_group
-    _expected_group = c10d._get_default_group()
+    # A class whose _init_pg makes no default group (torch_compat.rpc.RpcWorld): none is expected.
+    _expected_group = c10d._get_default_group() if c10d.is_initialized() else _NO_GROUP
 
 
 def default_group_changed() -> bool:
@@ -198,6 +200,8 @@ def default_group_changed() -> bool:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
+    if _expected_group is _NO_GROUP:  # a test that made one leaves it for the next: a new world
+        return dist.is_initialized()
     if not dist.is_initialized():
         return True
     return _expected_group is not None and c10d._get_default_group() is not _expected_group

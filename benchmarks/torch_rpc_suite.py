@@ -1,0 +1,295 @@
+"""torch's RPC suite on torch's spawn runner and on continuous_test's engine: each test's verdict and time.
+
+Usage::
+
+    python benchmarks/torch_rpc_suite.py [--subset compared|ci|recorded | --all | -k EXPR]
+                                         [--engine both|torch|ours] [--torch-from PATH]
+                                         [--json PATH] [--record]
+
+How data flows::
+
+    test ids ──► per agent (tensorpipe, faulty: never in one process, see below) and
+                 per engine, one pytest run, one after the other:
+                 RPC_AGENT=... CT_SUITE_ENGINE=... python -m pytest examples/test_torch_rpc_suite.py
+                 (torch: torch's SpawnHelper, spawned interpreters per test;
+                  ours: warm ranks per class, fresh ranks where the rule says so)
+    JUnit XML ──► verdict (passed, skipped, failed, error) and seconds per ``Class::test``
+              ──► one row per test (both verdicts, both times), the totals,
+                  JSON in benchmarks/results/ (default torch_rpc_suite.json)
+
+The suite is what ``torch.testing._internal.distributed.rpc_utils.generate_tests``
+builds on CPU: 436 TensorPipe tests (``GENERIC_TESTS + TENSORPIPE_TESTS``) and 28
+faulty-agent tests.  The two agents run in separate pytest processes, as torch's two
+files do: importing the faulty fixture re-creates rpc's ``BackendType`` enum.
+``--subset compared`` is :data:`COMPARED`, the tests whose torch verdicts were
+recorded (torch's runner takes about 9 s a test here, 70 minutes for all);
+``--subset ci`` is :data:`CI_SUBSET`; ``--subset recorded`` the tests of the
+torch run that ``--torch-from`` names.  ``--record`` writes torch's verdicts of this
+invocation to ``benchmarks/results/torch_rpc_suite_verdicts.json``, which
+``test/test_torch_rpc_suite.py`` reads.  ``--torch-from PATH`` takes torch's run from
+an earlier JSON of this script.  Wall time is the sum of the pytest processes', from
+start to end; per-test seconds are pytest's own.
+
+A benchmark, not a test: the exit status is 0 unless a run produced no report.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE = ROOT / "examples" / "test_torch_rpc_suite.py"
+RESULTS = Path(__file__).resolve().parent / "results"
+DEFAULT_JSON = RESULTS / "torch_rpc_suite.json"
+VERDICTS = RESULTS / "torch_rpc_suite_verdicts.json"
+AGENTS = ("tensorpipe", "faulty")
+TIMEOUT = 3 * 3600  # a guard against hangs of a whole run
+
+
+def _ids(cls: str, names: str) -> List[str]:
+    return [f"{cls}::{name}" for name in names.split()]
+
+
+# The tests whose verdicts on torch's runner were recorded: a sample of every class,
+# with the tests whose ranks leave early or that wait on timeouts, and all 28 of the
+# faulty agent's.
+COMPARED = [
+    *_ids("TensorPipeRpcTest", """
+        test_add test_add_done_callback test_all_gather test_all_gather_timeout test_async_add
+        test_async_function_chained test_async_function_raise test_async_function_simple
+        test_builtin_remote_ret test_custom_exception_throw_during_reconstruction test_default_timeout_used
+        test_future_done_exception test_graceful_shutdown_with_uneven_workload test_handle_send_exceptions
+        test_init_pg_then_rpc test_init_rpc_then_pg test_init_rpc_twice test_local_shutdown
+        test_local_shutdown_with_rpc test_multi_layer_nested_async_rpc test_nested_remote test_nested_rref
+        test_owner_equality test_py_built_in test_py_function_exception test_py_raise_in_user_func
+        test_remote_with_exception test_return_future test_rpc_timeouts test_rref_context_debug_info
+        test_rref_timeout test_rref_leak test_scalar_add test_self_add test_send_to_rank
+        test_shutdown_errors test_shutdown_followed_by_rpc test_stress_heavy_rpc test_use_rref_after_shutdown
+        test_wait_all test_wait_all_timeout test_wait_all_with_exception test_wait_all_workers_timeout
+        test_world_size_one test_worker_id test_worker_info_pickle test_profiler_remote_events_profiled
+        test_user_rrefs_confirmed test_rref_py_pickle_not_supported test_py_user_defined"""),
+    *_ids("TensorPipeDistAutogradTest", """
+        test_autograd_context test_backward_simple test_backward_multiple_round_trips
+        test_backward_rref test_error_in_context test_graph_for_builtin_call test_nested_context
+        test_no_graph_with_tensors_not_require_grad test_thread_local_context_id test_backward_unused_tensors"""),
+    *_ids("TensorPipeDistOptimizerTest", "test_dist_optim test_dist_optim_exception"),
+    *_ids("TensorPipeJitRpcTest", """
+        test_torchscript_function test_rref_as_arg_and_return test_call_rpc_with_profiling
+        test_remote_script_module test_async_script_udf test_torchscript_functions_not_supported"""),
+    *_ids("TensorPipeJitDistAutogradTest", "test_get_gradients test_restore_context_after_swtich_to_jit_thread"),
+    *_ids("TensorPipeRemoteModuleTest", "test_forward_sync test_remote_parameters test_bad_module test_train_eval"),
+    *_ids("TensorPipeThreeWorkersRemoteModuleTest", "test_send_remote_module_over_the_wire"),
+    *_ids("TensorPipeDdpUnderDistAutogradTest", "test_backward_no_ddp"),
+    *_ids("TensorPipeDdpComparisonTest", "test_ddp_comparison"),
+    *_ids("TensorPipeParameterServerTest", "test_batch_updating_parameter_server"),
+    *_ids("TensorPipeReinforcementLearningRpcTest", "test_rl_rpc"),
+    *_ids("TensorPipeTensorPipeAgentRpcTest", """
+        test_infer_backend_from_options test_tensorpipe_set_default_timeout test_tensorpipe_options_throw_on_timedelta_timeout
+        test_set_and_get_num_worker_threads test_mismatched_type_for_options"""),
+    *_ids("TensorPipeTensorPipeAgentDistAutogradTest", "test_backward_simple_sparse test_embedding_bag_with_no_grad_tensors"),
+    # The faulty agent's: every one.
+    *_ids("FaultyFaultyAgentRpcTest", """
+        test_builtin_remote_message_dropped_timeout test_builtin_remote_message_dropped_timeout_to_self
+        test_check_failed_messages test_custom_faulty_messages test_custom_messages_to_delay
+        test_no_faulty_messages test_remote_message_builtin_delay_timeout
+        test_remote_message_dropped_pickle test_remote_message_dropped_pickle_to_self
+        test_remote_message_script_delay_timeout_to_self test_udf_remote_message_delay_timeout_to_self
+        test_remote_message_script_delay_timeout test_rpc_builtin_timeout test_rpc_script_timeout
+        test_rref_to_here_timeout test_udf_remote_message_delay_timeout test_udf_remote_message_dropped_timeout
+        test_verify_backend_options test_udf_remote_message_dropped_timeout_to_self test_remote_message_builtin_delay_timeout_to_self"""),
+    *_ids("FaultyFaultyAgentDistAutogradTest", "test_context_cleanup_tensor_with_grad test_verify_backend_options"),
+    *_ids("FaultyJitFaultyAgentRpcTest", """
+        test_remote_timeout_to_here_in_jit test_rref_timeout_pickle_in_jit test_rref_timeout_pickle_script_func
+        test_rref_to_here_timeout_in_jit test_timeout_in_python test_timeout_in_torchscript_function"""),
+]
+
+# What CI runs against torch's recorded verdicts: quick tests of each kind.
+CI_SUBSET = [
+    *_ids("TensorPipeRpcTest", """
+        test_add test_async_function_simple test_nested_rref test_py_function_exception test_self_add
+        test_worker_id test_wait_all test_rref_leak test_handle_send_exceptions test_local_shutdown
+        test_init_pg_then_rpc test_world_size_one"""),
+    *_ids("TensorPipeDistAutogradTest", "test_backward_simple test_autograd_context test_clean_context_during_backward"),
+    *_ids("TensorPipeRemoteModuleTest", "test_forward_sync"),
+    *_ids("TensorPipeJitRpcTest", "test_torchscript_function"),
+    # Each failed in our first full run, before the fix that docs/rpc.rst names.
+    *_ids("TensorPipeRpcTest", "test_my_parameter_server test_function_not_on_callee"),
+    *_ids("TensorPipeTensorPipeAgentRpcTest", """
+        test_infer_backend_from_options test_mismatched_type_for_options test_dynamic_rpc_init_rpc
+        test_dynamic_rpc_init_rpc_without_rank"""),
+    *_ids("FaultyFaultyAgentRpcTest", "test_check_failed_messages test_verify_backend_options"),
+]
+
+
+def agent_of(test_id: str) -> str:
+    return "faulty" if test_id.startswith("Faulty") else "tensorpipe"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--subset", choices=["compared", "ci", "recorded"],
+                       help="COMPARED (114 tests), CI_SUBSET, or the tests of --torch-from's torch run")
+    which.add_argument("--all", action="store_true", help="every test of both agents (torch's run takes 70 minutes)")
+    which.add_argument("-k", dest="expr", help="a pytest -k expression over the test names (both agents)")
+    parser.add_argument("--engine", choices=["both", "torch", "ours"], default="both")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--torch-from", type=Path, help="torch's run from an earlier JSON of this script")
+    parser.add_argument("--record", action="store_true", help="write torch's verdicts for CI (needs the torch run)")
+    args = parser.parse_args(argv)
+    if not (args.subset or args.all or args.expr):
+        args.subset = "compared"
+    ids: Optional[List[str]] = {"compared": COMPARED, "ci": CI_SUBSET}.get(args.subset or "")
+    engines = ["torch", "ours"] if args.engine == "both" else [args.engine]
+    earlier = None
+    if args.torch_from is not None:
+        earlier = Run.from_json("torch", json.loads(args.torch_from.read_text())["runs"]["torch"])
+        engines = [e for e in engines if e != "torch"]
+        if args.subset == "recorded":
+            ids = sorted(earlier.tests)
+    elif args.subset == "recorded":
+        parser.error("--subset recorded needs --torch-from")
+    runs = {engine: run_engine(engine, ids, args.expr) for engine in engines}
+    if earlier is not None:
+        wanted = set(ids) if ids is not None else None
+        runs = {"torch": earlier.only(wanted), **runs}
+    report(runs)
+    payload = {"cpus": os.cpu_count(), "selection": args.subset or ("all" if args.all else f"-k {args.expr}"),
+               "runs": {engine: run.as_json() for engine, run in runs.items()}}
+    if args.torch_from is not None:
+        payload["torch_from"] = str(args.torch_from)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    print(f"raw results: {args.json}")
+    if args.record:
+        if "torch" not in runs:
+            parser.error("--record needs the torch run (--engine both or torch, or --torch-from)")
+        # This run's verdicts replace the recorded ones of the same tests; the file keeps the CI subset's.
+        previous = json.loads(VERDICTS.read_text())["torch_verdicts"] if VERDICTS.exists() else {}
+        merged = {**previous, **{name: verdict for name, (verdict, _) in runs["torch"].tests.items()}}
+        recorded = {name: merged[name] for name in sorted(CI_SUBSET) if name in merged}
+        VERDICTS.write_text(json.dumps({"torch_verdicts": recorded}, indent=1, sort_keys=True) + "\n")
+        print(f"torch's verdicts recorded: {VERDICTS}")
+    return 0 if all(run.tests for run in runs.values()) else 1
+
+
+class Run:
+    """One engine's runs (one pytest process per agent): per test (verdict, seconds), and the summed wall time."""
+
+    def __init__(self, engine: str, tests: Dict[str, Tuple[str, float]], wall: float, returncode: int,
+                 messages: Optional[Dict[str, str]] = None) -> None:
+        self.engine, self.tests, self.wall, self.returncode = engine, tests, wall, returncode
+        self.messages = messages or {}  # test -> the first line of its failure or error
+
+    @classmethod
+    def from_json(cls, engine: str, data: dict) -> "Run":
+        tests = {name: (t["verdict"], float(t["seconds"])) for name, t in data["tests"].items()}
+        messages = {name: t["message"] for name, t in data["tests"].items() if t.get("message")}
+        return cls(engine, tests, float(data["wall_s"]), int(data["returncode"]), messages)
+
+    def only(self, names: Optional[set]) -> "Run":
+        """This run, which must have run exactly ``names`` (any when None): its wall time is for them."""
+        if names is not None and names != set(self.tests):
+            raise SystemExit(f"--torch-from: the earlier torch run has {len(self.tests)} tests, this selection "
+                             f"{len(names)}; take it with the same selection")
+        return self
+
+    def as_json(self) -> dict:
+        tests = {}
+        for name, (verdict, seconds) in sorted(self.tests.items()):
+            tests[name] = {"verdict": verdict, "seconds": round(seconds, 3)}
+            if name in self.messages:
+                tests[name]["message"] = self.messages[name].splitlines()[0][:300] if self.messages[name] else ""
+        return {"wall_s": round(self.wall, 2), "returncode": self.returncode, "tests": tests}
+
+
+def run_engine(engine: str, ids: Optional[List[str]], expr: Optional[str]) -> Run:
+    """Run the selected tests on one engine: one pytest process per agent, one after the other."""
+    tests: Dict[str, Tuple[str, float]] = {}
+    messages: Dict[str, str] = {}
+    wall, returncode = 0.0, 0
+    for agent in AGENTS:
+        chosen = None if ids is None else [i for i in ids if agent_of(i) == agent]
+        if chosen == []:
+            continue
+        with tempfile.TemporaryDirectory(prefix="torch-rpc-suite-") as tmp:
+            report_file = os.path.join(tmp, "junit.xml")
+            targets = [f"{SUITE}::{i}" for i in chosen] if chosen else [str(SUITE)]
+            command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN",
+                       f"--junitxml={report_file}", *targets, *(["-k", expr] if expr else [])]
+            env = {**os.environ, "CT_SUITE_ENGINE": engine, "RPC_AGENT": agent, "TMPDIR": tmp}
+            start = time.perf_counter()
+            proc = subprocess.run(command, cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT)
+            elapsed = time.perf_counter() - start
+            wall += elapsed
+            returncode = returncode or proc.returncode
+            print(f"--- {engine}, {agent}: exit {proc.returncode} in {elapsed:.1f} s; last lines of its output:")
+            print("\n".join(proc.stdout.strip().splitlines()[-5:]), flush=True)
+            if os.path.exists(report_file):
+                found, said = read_junit(report_file)
+                tests.update(found)
+                messages.update(said)
+    return Run(engine, tests, wall, returncode, messages)
+
+
+def read_junit(path: str) -> Tuple[Dict[str, Tuple[str, float]], Dict[str, str]]:
+    """``Class::test`` -> (verdict, seconds), and -> its failure's message, from a JUnit XML report."""
+    tests: Dict[str, Tuple[str, float]] = {}
+    messages: Dict[str, str] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        cls = case.get("classname", "?").rsplit(".", 1)[-1]
+        name = f"{cls}::{case.get('name', '?')}"
+        verdict = "passed"
+        for child, word in (("skipped", "skipped"), ("failure", "failed"), ("error", "error")):
+            element = case.find(child)
+            if element is not None:
+                verdict = word
+                if word != "skipped":
+                    messages[name] = (element.get("message") or element.text or "")[:2000]
+        if verdict == "error" and name in tests:
+            verdict = "failed+error"  # pytest reports a teardown error as a second testcase
+        tests[name] = (verdict, tests.get(name, ("", 0.0))[1] + float(case.get("time", "0")))
+    return tests, messages
+
+
+def report(runs: Dict[str, Run]) -> None:
+    """One row per test (each engine's verdict and seconds), the differences, and the totals."""
+    engines = list(runs)
+    names = sorted(set().union(*(run.tests for run in runs.values())))
+    print(f"{'test':80}" + "".join(f" {engine + ' verdict':>15} {engine + ' s':>9}" for engine in engines))
+    differ = []
+    for name in names:
+        cells = [runs[e].tests.get(name, ("missing", 0.0)) for e in engines]
+        print(f"{name[:80]:80}" + "".join(f" {v:>15} {s:9.2f}" for v, s in cells))
+        if len({v for v, _ in cells}) > 1:
+            differ.append(name)
+            for engine in engines:
+                if runs[engine].messages.get(name):
+                    print(f"    {engine}: {runs[engine].messages[name].splitlines()[0][:200]}")
+    print()
+    for engine in engines:
+        run = runs[engine]
+        counts: Dict[str, int] = {}
+        for verdict, _ in run.tests.values():
+            counts[verdict] = counts.get(verdict, 0) + 1
+        summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+        print(f"{engine}: {len(run.tests)} tests ({summary}) in {run.wall:.1f} s wall "
+              f"({sum(s for _, s in run.tests.values()):.1f} s in tests)")
+    if len(engines) == 2:
+        torch_run, ours = runs["torch"], runs["ours"]
+        print(f"verdicts that differ: {len(differ)}" + (f" ({', '.join(differ)})" if differ else ""))
+        if ours.wall > 0:
+            print(f"wall time: ours is 1/{torch_run.wall / ours.wall:.1f} of torch's")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""torch's RPC suite (rpc_utils.generate_tests, from the torch wheel) on this engine.
+
+``examples/test_torch_rpc_suite.py`` builds torch's RPC classes, with torch's
+names, on :mod:`continuous_test.torch_compat.rpc`.  The CI subset of
+``benchmarks/torch_rpc_suite.py`` runs here under pytest and must give, test by
+test, the verdicts torch's spawn runner gave, as that script recorded them
+(``benchmarks/results/torch_rpc_suite_verdicts.json``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import helpers
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch_rpc_suite  # noqa: E402
+from torch.testing._internal.distributed.rpc.dist_autograd_test import DistAutogradTest  # noqa: E402
+from torch.testing._internal.distributed.rpc.rpc_test import RpcTest  # noqa: E402
+
+from continuous_test.torch_compat.rpc import needs_fresh_ranks  # noqa: E402
+
+
+def test_the_rule_picks_rref_users_default_groups_and_rank_enders_only():
+    # RRefs: torch's RRefContext binds the first agent of a process.
+    assert needs_fresh_ranks(RpcTest, "test_nested_rref")
+    assert needs_fresh_ranks(RpcTest, "test_py_rref_args")  # rpc.remote in the test
+    assert needs_fresh_ranks(RpcTest, "test_rref_leak")  # through self._test_rref_leak
+    # A default group of the test's own: initialize_pg (dist_utils), init_process_group.
+    assert needs_fresh_ranks(RpcTest, "test_handle_send_exceptions")
+    assert needs_fresh_ranks(RpcTest, "test_init_pg_then_rpc")
+    # A rank that exits (sys.exit in the test).
+    assert needs_fresh_ranks(DistAutogradTest, "test_clean_context_during_backward")
+    # Plain RPC shares warm ranks.
+    for name in ("test_add", "test_self_add", "test_worker_id", "test_wait_all", "test_py_function_exception"):
+        assert not needs_fresh_ranks(RpcTest, name), name
+    assert not needs_fresh_ranks(DistAutogradTest, "test_autograd_context")
+    assert needs_fresh_ranks(DistAutogradTest, "test_backward_simple")  # its helper's ExecMode.REMOTE: rpc.remote
+
+
+@pytest.mark.e2e
+def test_the_ci_subset_keeps_torchs_verdicts():
+    torch_verdicts = json.loads(torch_rpc_suite.VERDICTS.read_text())["torch_verdicts"]
+    assert sorted(torch_verdicts) == sorted(torch_rpc_suite.CI_SUBSET)
+    run = torch_rpc_suite.run_engine("ours", torch_rpc_suite.CI_SUBSET, None)
+    ours = {name: verdict for name, (verdict, _) in run.tests.items()}
+    differ = {name: (torch_verdicts[name], ours.get(name)) for name in torch_verdicts if ours.get(name) != torch_verdicts[name]}
+    assert not differ, f"(torch's verdict, ours) where they differ: {differ}; ours said: " + str(
+        {name: run.messages.get(name) for name in differ})
+    assert list(ours.values()).count("passed") >= 12  # a run where every test skipped cannot match
+
+
+@pytest.mark.e2e
+def test_python_file_v_with_k_patterns_prints_torchs_names():
+    # As torch's test_tensorpipe_agent.py runs: python FILE -v -k PATTERN ...; an RRef test
+    # after a plain one in the same class gets fresh ranks and passes.
+    proc = helpers.run([sys.executable, str(torch_rpc_suite.SUITE), "-v", "-k", "*.TensorPipeRpcTest.test_add",
+                        "-k", "*.TensorPipeRpcTest.test_nested_rref"], cwd=ROOT, env={"RPC_AGENT": "tensorpipe"})
+    for name in ("test_add", "test_nested_rref"):
+        assert f"{name} (__main__.TensorPipeRpcTest.{name}) ... " in proc.stderr, helpers.describe(proc)
+    assert helpers.unittest_counts(proc.stderr) == {"ran": 2} and proc.returncode == 0, helpers.describe(proc)
+
+
+@pytest.mark.e2e
+def test_the_faulty_agent_runs_in_a_process_of_its_own():
+    proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(torch_rpc_suite.SUITE),
+                        "-k", "test_verify_backend_options or test_check_failed_messages"], cwd=ROOT,
+                       env={"RPC_AGENT": "faulty", "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    assert helpers.pytest_counts(proc.stdout) == {"passed": 3, "deselected": 25}, helpers.describe(proc)
