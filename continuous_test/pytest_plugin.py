@@ -10,7 +10,9 @@
   ``@pytest.mark.world_size(n)`` on a test class or module (or on one
   ``MultiProcessTestCase`` test: its ranks are its own) and
   ``@pytest.mark.ct_timeout(seconds)`` on a test override them one at a time.  A
-  ``world_size`` marker on one test of a shared world is a usage error.
+  ``world_size(n)`` marker on one test of a shared world runs it in that size's
+  world (:func:`continuous_test.sizes.size_tests`).  The ``class_tmpdir`` fixture is
+  one private directory per test class, for its ranks (docs/pytest-classes.rst).
 * **Isolation.**  ``--ct-leaks restore|fail|off`` (and the ``ct_leaks(policy)`` marker)
   sets the leak policy, ``--ct-shuffle[=SEED]`` shuffles the order of tests within
   each class and of classes within each module (the seed is in the header and in
@@ -85,11 +87,6 @@ WORLD_SIZE_HELP = "world size for every distributed test class and @distributed 
 LEAKS_HELP = "what a test that leaves process-global state changed gets: restore (default: warn), fail, off"
 SHUFFLE_HELP = "shuffle tests within each class and classes within each module; a seed replays an order"
 SHUFFLE_RANDOM = "random"
-WORLD_SIZE_ON_A_TEST = (
-    "{test}: a world_size marker on one test of a shared world would size the whole world by whichever test "
-    "starts it; mark the class (or the module), give a @distributed function its world_size=, or make the "
-    "test a MultiProcessTestCase test, whose ranks are its own"
-)
 REPORT_HELP = "write the run's JSON report (worlds, tests, times, diagnoses) to FILE (CONTINUOUS_TEST_REPORT)"
 REPORT_HTML_HELP = "draw the run as one self-contained HTML page in FILE (CONTINUOUS_TEST_REPORT_HTML)"
 SIZES_ON_A_FUNCTION = (
@@ -358,24 +355,36 @@ def _test_class(item: pytest.Item) -> Optional[type]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> None:
-    """Give a distributed test class marked ``world_size([1, 2])`` (on it, or on its module) one test per size."""
+    """Give a distributed test class marked ``world_size([1, 2])`` (on it, or on its module) one test per size,
+    and a shared-world test marked ``world_size(n)`` its own size."""
     import inspect
 
     if not inspect.isclass(obj) or not getattr(obj, "_ct_runs_in_ranks", False):
         return None
-    own = [m for m in getattr(obj, "pytestmark", []) if getattr(m, "name", None) == "world_size"]
-    marker = own[0] if own else collector.get_closest_marker("world_size")
-    if marker is None:
-        return None
     from continuous_test import sizes
 
-    value = _marker_arg(marker)
+    own = [m for m in getattr(obj, "pytestmark", []) if getattr(m, "name", None) == "world_size"]
+    marker = own[0] if own else collector.get_closest_marker("world_size")
+    value = None if marker is None else _marker_arg(marker)
     if sizes.is_list(value):
         try:
             sizes.expand(obj, sizes.check(value, f"the world_size marker of {obj.__qualname__}"))
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
+    if _shared_world(obj):
+        sizes.size_tests(obj, _sized_by_their_markers(obj))
     return None
+
+
+def _sized_by_their_markers(cls: type) -> dict:
+    """Tests of ``cls`` with their own valid ``world_size(n)`` marker -> n (a bad one is reported per test)."""
+    found = {}
+    for attr, raw in vars(cls).items():
+        marks = [m for m in getattr(raw, "pytestmark", []) if getattr(m, "name", None) == "world_size"]
+        value = _marker_arg(marks[0]) if marks and callable(raw) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            found[attr] = value
+    return found
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -406,11 +415,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         size = limit = None
         try:
             marker = item.get_closest_marker("world_size")
-            if marker is not None and _shared_world(cls) and any(m.name == "world_size" for m in item.own_markers):
-                raise pytest.UsageError(WORLD_SIZE_ON_A_TEST.format(test=item.nodeid))
             if marker is not None and sizes.is_list(_marker_arg(marker)):
                 if getattr(item, "cls", None) is None:
                     raise pytest.UsageError(SIZES_ON_A_FUNCTION.format(test=item.nodeid, sizes=_marker_arg(marker)))
+                sizes.check(_marker_arg(marker), f"the world_size marker of {item.nodeid}")
                 size = sizes.size_of(item.name)  # the test's own size (test_x[ws2])
             elif marker is not None:
                 size = ct_config.parse_positive_int(_marker_arg(marker), "world size",
@@ -533,8 +541,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
         from continuous_test import functions
 
         # A @distributed function's reports name pytest's own id of the call (test_lr[0.1]).
-        is_function = getattr(item, "cls", None) is None and _test_class(item) is not None
-        functions.use_pytest_id(item.name if is_function else None)
+        is_function = _test_class(item) is not None and not isinstance(item, _TestCaseFunction)  # or a plain class's
+        plain_class = getattr(item, "cls", None) is not None  # a plain class's test: TestX::test_y
+        functions.use_pytest_id((item.nodeid.split("::", 1)[-1] if plain_class else item.name) if is_function else None)
         with ct_config.overridden(overrides):
             yield
     finally:
@@ -889,6 +898,17 @@ def pytest_runtest_teardown_in_ranks(item: pytest.Item) -> None:
     cls = rank_class_of(getattr(item, "cls", None))
     if cls is not None and _shared_world(cls) and current_role() is ProcessRole.CONTROLLER:
         item._explicit_tearDown = None  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="class")
+def class_tmpdir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One private (0700) directory per test class, the same path on each of its ranks; removed at its end."""
+    import shutil
+
+    path = tmp_path_factory.mktemp(f"{getattr(request.cls, '__name__', 'module')[:30]}-", numbered=True)
+    path.chmod(0o700)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _shared_world(cls: type) -> bool:

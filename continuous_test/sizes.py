@@ -24,6 +24,11 @@ What this module touches, and where:
 * :func:`unexpand` (called by ``TestCase.__init_subclass__``) gives a subclass
   of one world size (``world_size = 3``) of a sized class its tests under their
   own names again and hides the inherited sized names.
+* :func:`size_tests` (called by the pytest plugin for the tests of a shared-world
+  class that carry their own ``world_size(n)`` marker) gives each such test its
+  sized name at its marker's size only, as :func:`expand` does, and replaces
+  ``world_size`` with :class:`TestSizes`, which gives those tests their size and
+  every other test (and the class) the class's own value.
 * :func:`sized_method` lets a process that made the class without the list (a
   rank of a class sized by a pytest marker) run a sized name anyway.
 
@@ -38,7 +43,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from continuous_test.errors import ConfigError
 
 __all__ = ["SIZED", "parse", "size_of", "name", "check", "expand", "unexpand", "sized_method", "SizedTest", "WorldSizes",
-           "set_size", "test_size", "sizes_of"]
+           "set_size", "test_size", "sizes_of", "size_tests", "TestSizes"]
 
 # ``test_x[ws2]``: the base name and the size.
 SIZED = re.compile(r"^(?P<base>.+)\[ws(?P<size>[1-9][0-9]*)\]$")
@@ -95,6 +100,41 @@ class WorldSizes:
 
     def __repr__(self) -> str:
         return f"WorldSizes({self.sizes})"
+
+
+class TestSizes:
+    """``world_size`` of a class of one size some of whose tests have their own (a method's marker):
+    a sized test instance's size; the class's own value (an attribute or a property) for the rest."""
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+
+    def __get__(self, instance: Any, owner: Optional[type] = None) -> Any:
+        if instance is not None and SIZE_ATTR in instance.__dict__:
+            return instance.__dict__[SIZE_ATTR]
+        if isinstance(self.original, property) and self.original.fget is not None:
+            return self.original.fget(instance if instance is not None else object.__new__(owner))  # type: ignore[arg-type]
+        return self.original
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        instance.__dict__[SIZE_ATTR] = value
+
+    def __repr__(self) -> str:
+        return f"TestSizes({self.original!r})"
+
+
+def size_tests(cls: type, marked: Dict[str, int]) -> None:
+    """Run each test of ``marked`` (unsized name -> size) at that size alone, in that size's world; idempotent."""
+    tests = _tests(cls)
+    for attr, size in marked.items():
+        raw = tests.get(attr)
+        if raw is None:
+            continue
+        setattr(cls, name(attr, size), raw)
+        setattr(cls, attr, SizedTest(raw, cls.__qualname__, attr, [size]))
+        _hide_sizes(cls, {attr: raw}, keep=[size])
+    if marked and not isinstance(inspect.getattr_static(cls, "world_size", None), (WorldSizes, TestSizes)):
+        setattr(cls, "world_size", TestSizes(inspect.getattr_static(cls, "world_size", None)))
 
 
 def sizes_of(cls: type) -> Optional[List[int]]:
@@ -190,7 +230,7 @@ def sized_method(cls: type, method: str) -> None:
 def set_size(instance: Any, size: int) -> None:
     """Make ``instance.world_size`` read ``size`` (a sized test; in a rank of a marker-sized class too)."""
     cls = type(instance)
-    if not isinstance(inspect.getattr_static(cls, "world_size", None), WorldSizes):
+    if not isinstance(inspect.getattr_static(cls, "world_size", None), (WorldSizes, TestSizes)):
         setattr(cls, "world_size", WorldSizes([size]))  # a rank of a class sized by a pytest marker
     instance.__dict__[SIZE_ATTR] = size
 

@@ -217,16 +217,6 @@ def test_functions_whose_fixture_values_differ_by_rank_under_torchrun_pytest():
     assert proc.stdout.count("3 passed") == 2, describe(proc)
 
 
-@pytest.mark.world
-@pytest.mark.parametrize("selection", [[], ["-k", "test_a"]])
-def test_a_world_size_marker_on_one_test_of_a_shared_world_is_a_usage_error(selection):
-    # Whichever test started the world would size it: -k test_a would run at 2, the whole class at 3.
-    proc = helpers.pytest("test_marker_on_a_test.py", *selection)
-    assert proc.returncode == 4, describe(proc)
-    assert "test_marker_on_a_test.py::MarkedTest::test_b: a world_size marker on one test of a shared world" \
-        in proc.stderr, describe(proc)
-
-
 @pytest.fixture(scope="module")
 def rerunfailures(tmp_path_factory) -> str:
     """A directory holding pytest-rerunfailures, installed for these tests alone.

@@ -1,5 +1,6 @@
-"""A world_size marker on one test of a shared world: a usage error, not a world sized by chance."""
+"""A world_size marker on one test of a shared world: that test runs in a world of its size."""
 import pytest
+import torch.distributed as dist
 
 from continuous_test import MultiProcContinuousTest
 
@@ -12,10 +13,21 @@ class MarkedTest(MultiProcContinuousTest):
         return "gloo"
 
     def test_a(self):
-        pass
+        assert self.world_size == dist.get_world_size() == 2
 
     @pytest.mark.world_size(3)
     def test_b(self):
+        assert self.world_size == dist.get_world_size() == 3
+
+    def test_c(self):
+        assert self.world_size == dist.get_world_size() == 2
+
+
+class BadMarkerTest(MultiProcContinuousTest):
+    world_size = 2
+
+    @pytest.mark.world_size(0)
+    def test_zero(self):
         pass
 
 
