@@ -560,7 +560,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
 
             functions.use_pytest_id(None)
         ahead.set_pytest_next(None)
-        run_log.log().end(item.nodeid, item.stash.get(_OUTCOME, "unknown"))
+        run_log.log().end(item.nodeid, item.stash.get(_OUTCOME, run_log.UNKNOWN))
         _stop_if_interrupted(item.session)
 
 

@@ -154,16 +154,18 @@ def _raising_fixture(item: pytest.Item, excinfo: Any) -> str:
 
 def _note_outcome(item: pytest.Item, when: str, report: pytest.TestReport) -> None:
     """Keep how the test ended so far, as the run report says it (a failure outranks the rest)."""
-    if item.stash.get(OUTCOME, None) in ("failed", "error"):
-        return
+    from continuous_test.controller import run_log
+
     if hasattr(report, "wasxfail"):
-        item.stash[OUTCOME] = "xfailed" if report.skipped else "xpassed"
+        outcome: Optional[str] = run_log.XFAILED if report.skipped else run_log.XPASSED
     elif report.failed:
-        item.stash[OUTCOME] = "failed" if when == "call" else "error"
+        outcome = run_log.FAILED if when == "call" else run_log.ERROR
     elif report.skipped:
-        item.stash[OUTCOME] = "skipped"
-    elif when == "call":
-        item.stash[OUTCOME] = "passed"
+        outcome = run_log.SKIPPED
+    else:
+        outcome = run_log.PASSED if when == "call" else None
+    if outcome is not None:
+        item.stash[OUTCOME] = run_log.outcome_after(item.stash.get(OUTCOME, None), outcome)
 
 
 def _print_once(error: BaseException) -> None:
