@@ -25,7 +25,7 @@
   (:mod:`continuous_test.controller.run_log`, :mod:`continuous_test.report_html`);
   under xdist each worker sends its part to the main process, which writes them.
 * **Devices.**  Every distributed test is marked at collection with the devices it
-  needs, ``ct_devices(n=N)`` (:func:`continuous_test.controller.devices.devices_needed`;
+  needs, ``ct_devices(n=N)`` (:func:`continuous_test.controller.device_needs.devices_needed`;
   0 for a CPU world), and with the keyword ``ct_devices_N``; ``--ct-max-devices N`` and
   ``--ct-min-devices N`` deselect the tests that need more or fewer (a test that is
   not distributed needs 0).  ``--collect-only`` says how many tests need how many.
@@ -459,11 +459,11 @@ def _parsed_id(item: pytest.Item) -> None:
 def _mark_devices(item: pytest.Item, cls: type, overrides: Overrides) -> None:
     """Mark ``item`` with the devices it needs: ``ct_devices(n=N)`` and the keyword ``ct_devices_N``."""
     from continuous_test import config as ct_config
-    from continuous_test.controller import devices
+    from continuous_test.controller import device_needs
 
     try:
         with ct_config.overridden(overrides):
-            need = devices.test_need(cls, getattr(item, "function", None), _method_name(item, cls), _size(item))
+            need = device_needs.test_need(cls, getattr(item, "function", None), _method_name(item, cls), _size(item))
     except Exception:  # noqa: BLE001 - a class's device_type() that fails here fails its tests when they run
         need = 0
     item.stash[_NEEDS] = need
