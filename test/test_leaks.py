@@ -64,6 +64,18 @@ def test_nothing_changed_reports_nothing():
     assert leaks.check(leaks.take(), "restore") is None
 
 
+def test_a_watcher_is_one_entry_of_its_table_and_what_is_watched_is_read_from_the_tables(monkeypatch):
+    # Adding a watcher is one entry: check() runs it, and WATCHED (what docs and users read) names it.
+    def fake(before, found, own_files):
+        found.append(outcome.Leak("the fake state", "0", "1", True))
+
+    monkeypatch.setattr(leaks, "_CHECKS", (*leaks._CHECKS, ("the fake state", fake)))
+    report = leaks.check(leaks.take(), "restore")
+    assert report is not None and [leak.item for leak in report.leaks] == ["the fake state"]
+    assert leaks.WATCHED == tuple(label for label, *_ in (*leaks._SCALARS, *leaks._CHECKS[:-1]))
+    assert len(set(leaks.WATCHED)) == len(leaks.WATCHED)
+
+
 def test_a_module_replaced_after_a_reused_copy_is_still_seen():
     for _ in range(3):  # the second and third snapshots reuse the first copy of sys.modules
         assert leaks.check(leaks.take(), "restore") is None
