@@ -38,6 +38,7 @@ from continuous_test.session import unittest_program
 from continuous_test._launch import detect
 from continuous_test.rank import result as rank_result
 from continuous_test import _assert_equal
+from continuous_test.wire.env import ENV_TORCH_TESTCASE
 
 __all__ = ["TestCase", "MultiProcContinuousTest", "BAD_WORLD_SIZE", "NOT_IMPORTABLE", "UNKNOWN_BACKEND"]
 
@@ -59,7 +60,7 @@ def _torch_test_case() -> type:
     wanted = config.torch_testcase_wanted()
     if wanted is None:
         wanted = "torch.testing._internal.common_utils" in sys.modules
-        os.environ[config.ENV_TORCH_TESTCASE] = "1" if wanted else "0"
+        os.environ[ENV_TORCH_TESTCASE] = "1" if wanted else "0"
     if wanted:
         try:
             from torch.testing._internal.common_utils import TestCase as TorchTestCase

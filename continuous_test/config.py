@@ -50,22 +50,8 @@ from typing import Any, Callable, Dict, Iterator, Mapping, NoReturn, Optional, T
 
 from continuous_test import sizes
 from continuous_test.errors import ConfigError
-from continuous_test.wire.env import (
-    ENV_BISECT,
-    ENV_GRACE,
-    ENV_LEAKS,
-    ENV_REPEAT,
-    ENV_REPEAT_FRESH,
-    ENV_SHUFFLE,
-    ENV_SHUTDOWN_TIMEOUT,
-    ENV_START_METHOD,
-    ENV_START_TIMEOUT,
-    ENV_TIMEOUT,
-    ENV_TIMEOUT_SCALE,
-    ENV_TORCH_TESTCASE,
-    SWITCHES,
-    switch_if_set,
-)
+from continuous_test.wire import env as _env  # the variables' names: imported from there, not from here
+from continuous_test.wire.env import SWITCHES, switch_if_set
 from continuous_test.wire.messages import ClassSettings
 
 __all__ = [
@@ -95,12 +81,6 @@ __all__ = [
     "DEFAULT_GRACE",
     "DEFAULT_START_TIMEOUT",
     "DEFAULT_SHUTDOWN_TIMEOUT",
-    "ENV_SHUTDOWN_TIMEOUT",
-    "ENV_TIMEOUT",
-    "ENV_TIMEOUT_SCALE",
-    "ENV_GRACE",
-    "ENV_START_TIMEOUT",
-    "ENV_START_METHOD",
     "INVALID_VALUE",
     "parse_seconds",
     "timeout",
@@ -114,9 +94,6 @@ __all__ = [
     "NO_DEVICES",
     "BACKEND_UNAVAILABLE",
     "BAD_START_METHOD",
-    "ENV_LEAKS",
-    "ENV_SHUFFLE",
-    "ENV_BISECT",
     "DEFAULT_LEAK_POLICY",
     "DEFAULT_BISECT_BUDGET",
     "INVALID_POLICY",
@@ -131,8 +108,6 @@ __all__ = [
     "parse_budget",
     "repeat_count",
     "repeat_fresh",
-    "ENV_REPEAT",
-    "ENV_REPEAT_FRESH",
 ]
 
 DEFAULT_TEST_TIMEOUT = 300.0
@@ -177,7 +152,7 @@ BACKEND_UNAVAILABLE = (
     "the class is skipped"
 )
 BAD_START_METHOD = (
-    "Invalid start method {value!r} from " + ENV_START_METHOD + " environment variable: "
+    "Invalid start method {value!r} from " + _env.ENV_START_METHOD + " environment variable: "
     "expected one of {choices}"
 )
 TIMEOUT_ATTR = "__continuous_test_timeout__"
@@ -293,7 +268,7 @@ def test_time_limit(cls: type, method: Optional[Callable], env: Mapping[str, str
     overrides = current_overrides()
     limit = overrides.time_limit
     if limit is None:
-        limit = _env_seconds(ENV_TIMEOUT, env, "timeout")
+        limit = _env_seconds(_env.ENV_TIMEOUT, env, "timeout")
     if limit is None:
         limit = overrides.marked_time_limit
     if limit is None and method is not None:
@@ -303,7 +278,7 @@ def test_time_limit(cls: type, method: Optional[Callable], env: Mapping[str, str
         limit = parse_seconds(class_limit, "timeout", f"{cls.__qualname__}.test_timeout")
     if limit is None:
         limit = DEFAULT_TEST_TIMEOUT
-    scale = _env_seconds(ENV_TIMEOUT_SCALE, env, "timeout scale")
+    scale = _env_seconds(_env.ENV_TIMEOUT_SCALE, env, "timeout scale")
     return limit * (scale if scale is not None else 1.0)
 
 
@@ -320,17 +295,17 @@ def _class_seconds(cls: type, attr: str, what: str, env_name: str, default: floa
 
 def grace_period(cls: type, env: Mapping[str, str] = os.environ) -> float:
     """Seconds to wait for peers after a first rank failure; resolved once per world."""
-    return _class_seconds(cls, "grace_period", "grace period", ENV_GRACE, DEFAULT_GRACE, env)
+    return _class_seconds(cls, "grace_period", "grace period", _env.ENV_GRACE, DEFAULT_GRACE, env)
 
 
 def start_timeout(cls: type, env: Mapping[str, str] = os.environ) -> float:
     """Bound on starting a world and joining its process group."""
-    return _class_seconds(cls, "start_timeout", "start timeout", ENV_START_TIMEOUT, DEFAULT_START_TIMEOUT, env)
+    return _class_seconds(cls, "start_timeout", "start timeout", _env.ENV_START_TIMEOUT, DEFAULT_START_TIMEOUT, env)
 
 
 def shutdown_timeout(cls: type, env: Mapping[str, str] = os.environ) -> float:
     """Bound on a graceful world shutdown; ranks still alive after it are killed."""
-    return _class_seconds(cls, "shutdown_timeout", "shutdown timeout", ENV_SHUTDOWN_TIMEOUT,
+    return _class_seconds(cls, "shutdown_timeout", "shutdown timeout", _env.ENV_SHUTDOWN_TIMEOUT,
                           DEFAULT_SHUTDOWN_TIMEOUT, env)
 
 
@@ -346,7 +321,7 @@ def start_method(env: Mapping[str, str] = os.environ) -> str:
     """
     available = multiprocessing.get_all_start_methods()
     choices = [m for m in START_METHODS if m in available and (m != "fork" or "forkserver" in available)]
-    wanted = env.get(ENV_START_METHOD, "").strip()
+    wanted = env.get(_env.ENV_START_METHOD, "").strip()
     if wanted:
         if wanted not in choices:
             raise ConfigError(BAD_START_METHOD.format(value=wanted, choices=", ".join(choices)))
@@ -358,7 +333,7 @@ def start_method(env: Mapping[str, str] = os.environ) -> str:
 
 def torch_testcase_wanted(env: Mapping[str, str] = os.environ) -> Optional[bool]:
     """``CONTINUOUS_TEST_TORCH_TESTCASE``: True, False, or None when unset (then the import order decides)."""
-    return switch_if_set(ENV_TORCH_TESTCASE, env)
+    return switch_if_set(_env.ENV_TORCH_TESTCASE, env)
 
 
 def check_switches(env: Mapping[str, str] = os.environ) -> Dict[str, Optional[bool]]:
@@ -600,7 +575,7 @@ def parse_leak_policy(value: Any, source: str) -> str:
 def set_cli_leaks(value: Optional[str], env: Any = os.environ) -> None:
     """Export ``--ct-leaks`` (if given; ConfigError if bad) as CONTINUOUS_TEST_LEAKS in ``env``, which ranks inherit."""
     if value is not None:
-        env[ENV_LEAKS] = parse_leak_policy(value, "the --ct-leaks option")
+        env[_env.ENV_LEAKS] = parse_leak_policy(value, "the --ct-leaks option")
 
 
 def _marked_policy(obj: Any, where: str) -> Optional[str]:
@@ -616,9 +591,9 @@ def _marked_policy(obj: Any, where: str) -> Optional[str]:
 
 def leak_policy(cls: type, method: Optional[Callable], env: Mapping[str, str] = os.environ) -> str:
     """The leak policy of one test, by the precedence above; ConfigError naming a bad value."""
-    raw = env.get(ENV_LEAKS)
+    raw = env.get(_env.ENV_LEAKS)
     if raw is not None and raw.strip():
-        return parse_leak_policy(raw, f"{ENV_LEAKS} environment variable")
+        return parse_leak_policy(raw, f"{_env.ENV_LEAKS} environment variable")
     name = getattr(method, "__name__", "?")
     policy = _marked_policy(method, f"{cls.__qualname__}.{name}") if method is not None else None
     if policy is None:
@@ -642,10 +617,10 @@ def parse_seed(value: Any, source: str) -> int:
 
 def shuffle_seed(env: Mapping[str, str] = os.environ) -> Optional[int]:
     """The shuffle seed of this run from ``CONTINUOUS_TEST_SHUFFLE``, or None (no shuffling)."""
-    raw = env.get(ENV_SHUFFLE)
+    raw = env.get(_env.ENV_SHUFFLE)
     if raw is None or not raw.strip():
         return None
-    return parse_seed(raw, f"{ENV_SHUFFLE} environment variable")
+    return parse_seed(raw, f"{_env.ENV_SHUFFLE} environment variable")
 
 
 def shuffle_failure_line(seed: Optional[int] = None) -> Optional[str]:
@@ -668,18 +643,18 @@ def parse_budget(value: Any, source: str) -> float:
 
 def bisect_budget(env: Mapping[str, str] = os.environ) -> float:
     """Seconds this run may spend rerunning and bisecting failed tests (0: off)."""
-    raw = env.get(ENV_BISECT)
+    raw = env.get(_env.ENV_BISECT)
     if raw is None or not raw.strip():
         return DEFAULT_BISECT_BUDGET
-    return parse_budget(raw, f"{ENV_BISECT} environment variable")
+    return parse_budget(raw, f"{_env.ENV_BISECT} environment variable")
 
 
 def repeat_count(env: Mapping[str, str] = os.environ) -> int:
     """How many times each selected test runs in its shared world, from ``CONTINUOUS_TEST_REPEAT`` (default 1)."""
-    raw = env.get(ENV_REPEAT, "").strip()
-    return parse_positive_int(raw, "repeat count", f"{ENV_REPEAT} environment variable") if raw else 1
+    raw = env.get(_env.ENV_REPEAT, "").strip()
+    return parse_positive_int(raw, "repeat count", f"{_env.ENV_REPEAT} environment variable") if raw else 1
 
 
 def repeat_fresh(env: Mapping[str, str] = os.environ) -> bool:
     """Whether each selected test also runs that many times in fresh worlds (``CONTINUOUS_TEST_REPEAT_FRESH``)."""
-    return bool(switch_if_set(ENV_REPEAT_FRESH, env))
+    return bool(switch_if_set(_env.ENV_REPEAT_FRESH, env))

@@ -27,7 +27,7 @@
   (:mod:`continuous_test.controller.run_log`, :mod:`continuous_test.report_html`);
   under xdist each worker sends its part to the main process, which writes them.
 * **Devices.**  Every distributed test is marked at collection with the devices it
-  needs, ``ct_devices(n=N)`` (:func:`continuous_test.controller.devices.devices_needed`;
+  needs, ``ct_devices(n=N)`` (:func:`continuous_test.controller.device_needs.devices_needed`;
   0 for a CPU world), and with the keyword ``ct_devices_N``; ``--ct-max-devices N`` and
   ``--ct-min-devices N`` deselect the tests that need more or fewer (a test that is
   not distributed needs 0).  ``--collect-only`` says how many tests need how many.
@@ -40,20 +40,29 @@
   (:mod:`continuous_test.session.repeat`; the tally: :func:`repeat_tally`).
 * **Module worlds.**  The shared world of a module's ``@distributed`` functions is
   stopped when the last test of that module is done.
+
+This module keeps the options, collection, the run protocol and teardown.  The rest
+is plugin objects of the session room, registered by :func:`pytest_configure` (as
+pytest-xdist registers its ``DSession``): the report shaping
+(:class:`~continuous_test.session.pytest_report.RankReports`), shards and repeats
+(:class:`~continuous_test.session.pytest_shards.Shards`) and, in the process that
+sees every report, durations and the repeat tally
+(:class:`~continuous_test.session.pytest_shards.Recorder`).
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-import warnings
 from typing import Any, List, Optional
 
-import _pytest.python as _pytest_python  # pytest's own: the parametrization a repeated run extends
 import pytest
-from _pytest.unittest import TestCaseFunction as _TestCaseFunction
 
 from continuous_test.config import Overrides  # light: no torch
+from continuous_test.session import pytest_report, pytest_shards
+from continuous_test.session.pytest_report import OUTCOME as _OUTCOME
+from continuous_test.session.pytest_shards import SHARDING, not_written as _not_written
+# The plugin objects under the names tests reach them by (test_shard.py).
+from continuous_test.session.pytest_shards import Recorder as _Recorder, Sharding as _Sharding
 
 __all__ = [
     "pytest_addoption",
@@ -63,8 +72,6 @@ __all__ = [
     "pytest_runtest_protocol",
     "pytest_collection_finish",
     "pytest_report_collectionfinish",
-    "pytest_runtest_makereport",
-    "pytest_runtest_makereport_hide_frames",
     "pytest_runtest_teardown",
     "pytest_report_header",
     "pytest_sessionstart",
@@ -74,9 +81,6 @@ __all__ = [
     "pytest_testnodedown",
     "pytest_pycollect_makeitem",
     "pytest_generate_tests",
-    "pytest_collection_modifyitems_shard",
-    "pytest_runtest_makereport_shard",
-    "pytest_runtest_protocol_fresh",
     "repeat_tally",
     "item_world",
 ]
@@ -135,12 +139,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 _OVERRIDES = pytest.StashKey[Overrides]()
 _MARKED = pytest.StashKey[Overrides]()
 _SAVED_ENV = pytest.StashKey[dict]()
-_OUTCOME = pytest.StashKey[str]()  # how a test ended so far, in the run report's words
 _PARTS = pytest.StashKey[list]()  # the run reports xdist's workers sent
 WORKER_OUTPUT_KEY = "continuous_test_run_report"
 _TALLIES = pytest.StashKey[list]()  # xdist's workers' counts of distributed tests and device skips
 WORKER_TALLY_KEY = "continuous_test_device_tally"
-_RECORDER = "continuous_test.recorder"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -212,12 +214,11 @@ def pytest_configure(config: pytest.Config) -> None:
         _configure_isolation(config)
         _export_launch(config)
         _device_limits(config)
-        config.stash[_SHARDING] = sharding = _sharding(config)
+        config.stash[SHARDING] = sharding = pytest_shards.resolve(config)
         config.stash[_REPORTS] = _checked_report_paths(config)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if not hasattr(config, "workerinput"):  # the controller sees every report, xdist workers' too
-        config.pluginmanager.register(_Recorder(sharding), _RECORDER)
+    _register(config, sharding)
     # Kept on this session's config, never in module globals: a later session in
     # the same process starts clean.
     config.stash[_OVERRIDES] = ct_config.Overrides(time_limit=limit, world_size=size)
@@ -226,6 +227,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
     run_log.reset()  # a later session in the same process starts a new record
     _progress_through_terminal(config)
+
+
+# The plugin objects of the session room, by the name each is registered under.
+_PLUGIN_OBJECTS = (pytest_report.NAME, pytest_shards.SHARDS_NAME, pytest_shards.RECORDER_NAME)
+
+
+def _register(config: pytest.Config, sharding: _Sharding) -> None:
+    """Register the report shaping, then the shards and repeats (whose report wrapper is then the outer one),
+    and, in the process that sees every report (xdist workers' too), the recorder of durations and repeats."""
+    config.pluginmanager.register(pytest_report.RankReports(), pytest_report.NAME)
+    config.pluginmanager.register(pytest_shards.Shards(sharding, item_world, _has_world, _MARKED),
+                                  pytest_shards.SHARDS_NAME)
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_Recorder(sharding), pytest_shards.RECORDER_NAME)
 
 
 _DEVICE_LIMITS = pytest.StashKey[tuple]()
@@ -273,25 +288,26 @@ def _configure_isolation(config: pytest.Config) -> None:
     import os
 
     from continuous_test import config as ct_config
+    from continuous_test.wire.env import ENV_BISECT, ENV_LEAKS, ENV_SHUFFLE
 
-    names = (ct_config.ENV_LEAKS, ct_config.ENV_BISECT, ct_config.ENV_SHUFFLE)
+    names = (ENV_LEAKS, ENV_BISECT, ENV_SHUFFLE)
     config.stash[_SAVED_ENV] = {name: os.environ.get(name) for name in names}
 
     ct_config.set_cli_leaks(config.getoption("ct_leaks"))
     budget = config.getoption("ct_bisect")
     if budget is not None:
         ct_config.parse_budget(budget, "the --ct-bisect option")
-        os.environ[ct_config.ENV_BISECT] = str(budget)
+        os.environ[ENV_BISECT] = str(budget)
     seed = config.getoption("ct_shuffle")
     if seed == SHUFFLE_RANDOM:
         from continuous_test.session.shuffle import random_seed
 
         # Chosen once, by the controller; xdist workers inherit its environment
         # and must collect the same order.
-        worker = hasattr(config, "workerinput") and os.environ.get(ct_config.ENV_SHUFFLE)
+        worker = hasattr(config, "workerinput") and os.environ.get(ENV_SHUFFLE)
         seed = config.option.ct_shuffle = worker or str(random_seed())
     if seed is not None:
-        os.environ[ct_config.ENV_SHUFFLE] = str(ct_config.parse_seed(seed, "the --ct-shuffle option"))
+        os.environ[ENV_SHUFFLE] = str(ct_config.parse_seed(seed, "the --ct-shuffle option"))
     else:
         ct_config.shuffle_seed()  # a bad CONTINUOUS_TEST_SHUFFLE is a usage error
 
@@ -304,9 +320,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     from continuous_test.controller import progress
 
     progress.use_unittest()
-    recorder = config.pluginmanager.get_plugin(_RECORDER)
-    if recorder is not None:
-        config.pluginmanager.unregister(recorder)
+    for name in _PLUGIN_OBJECTS:
+        plugin = config.pluginmanager.get_plugin(name)
+        if plugin is not None:
+            config.pluginmanager.unregister(plugin)
     for name, value in config.stash.get(_SAVED_ENV, {}).items():
         if value is None:
             os.environ.pop(name, None)
@@ -316,7 +333,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> List[str]:
     """Say the shuffle seed and the shard at the start of the run (xdist's controller collects nothing)."""
-    sharding = config.stash.get(_SHARDING, None)
+    sharding = config.stash.get(SHARDING, None)
     chosen = sharding.shard if sharding is not None else None
     shard_line = None if chosen is None else f"continuous_test: shard {chosen.index}/{chosen.count} ({chosen.source})"
     return [line for line in (_seed_line(), shard_line) if line]
@@ -450,11 +467,11 @@ def _parsed_id(item: pytest.Item) -> None:
 def _mark_devices(item: pytest.Item, cls: type, overrides: Overrides) -> None:
     """Mark ``item`` with the devices it needs: ``ct_devices(n=N)`` and the keyword ``ct_devices_N``."""
     from continuous_test import config as ct_config
-    from continuous_test.controller import devices
+    from continuous_test.controller import device_needs
 
     try:
         with ct_config.overridden(overrides):
-            need = devices.test_need(cls, getattr(item, "function", None), _method_name(item, cls), _size(item))
+            need = device_needs.test_need(cls, getattr(item, "function", None), _method_name(item, cls), _size(item))
     except Exception:  # noqa: BLE001 - a class's device_type() that fails here fails its tests when they run
         need = 0
     item.stash[_NEEDS] = need
@@ -552,7 +569,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
 
             functions.use_pytest_id(None)
         ahead.set_pytest_next(None)
-        run_log.log().end(item.nodeid, item.stash.get(_OUTCOME, "unknown"))
+        run_log.log().end(item.nodeid, item.stash.get(_OUTCOME, run_log.UNKNOWN))
         _stop_if_interrupted(item.session)
 
 
@@ -620,117 +637,6 @@ def _function_fixtures(item: pytest.Item) -> bool:
         return True
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """Add one section per rank that did not pass, and the failing ranks as a property; at teardown, every
-    other diagnosis of the test as a property (junitxml reads the teardown report's)."""
-    if call.when == "teardown":
-        _add_properties(item)
-    if call.when == "setup" and call.excinfo is not None:
-        _note_where_fixtures_run(item, call.excinfo)
-    outcome = yield
-    _note_outcome(item, call.when, outcome.get_result())
-    if call.excinfo is not None and outcome.get_result().failed:
-        _add_seed_section(outcome.get_result())
-    if call.when != "call" or call.excinfo is None:
-        return
-    error = call.excinfo.value
-    ranks = getattr(error, "ct_ranks", None)
-    if not ranks:
-        return
-    report = outcome.get_result()
-    from continuous_test.verdict.text import rank_list
-
-    others = []
-    alike: dict = {}  # ranks that did not pass in the same way share one section
-    for rank, info in sorted(ranks.items()):
-        if not info.status.is_problem:
-            others.append(f"rank {rank}: {info.status.value}")
-            continue
-        alike.setdefault((info.status, info.detail.rstrip(), info.output.rstrip()), []).append(rank)
-    for (status, detail, output), same in alike.items():
-        body = detail + (f"\n--- output of {rank_list(same)} ---\n{output}" if output.strip() else "")
-        report.sections.append((f"{rank_list(same)}: {status.value}", body + "\n"))
-    if others:
-        report.sections.append(("other ranks", "\n".join(others) + "\n"))
-    for section in getattr(error, "ct_sections", ()):
-        report.sections.append((section.title, section.text.rstrip() + "\n"))
-    from continuous_test.controller import run_log
-    from continuous_test.verdict.report import failing_ranks, raising_ranks
-
-    run_log.log().error_seen(error)  # under a launcher, no world's run gave the ranks
-    item.user_properties.append(("failing_ranks", ",".join(map(str, failing_ranks(ranks)))))
-    item.user_properties.append(("raising_ranks", ",".join(map(str, raising_ranks(ranks)))))
-    _summary_message(item, report, call.excinfo)
-
-
-NO_GROUP_IN_A_FIXTURE = (
-    "continuous_test: {fixture} of {test} ran in the pytest process (the controller), not in the ranks: "
-    "pytest runs a distributed test's fixtures there, once, before the test runs on every rank, and that "
-    "process has no process group. Call torch.distributed in the test itself (or in a helper it calls); "
-    "let the fixture return plain values, which reach every rank (see README.rst, Test functions)"
-)
-NO_DEFAULT_GROUP = "Default process group has not been initialized"  # torch's ValueError, from every dist call
-
-
-def _note_where_fixtures_run(item: pytest.Item, excinfo: Any) -> None:
-    """A distributed test's fixture that called torch.distributed in the controller: say where fixtures run.
-
-    Under a launcher each rank runs its own fixtures, in a process that has the group.
-    """
-    if NO_DEFAULT_GROUP not in str(excinfo.value) or _test_class(item) is None:
-        return
-    from continuous_test._launch import detect
-    from continuous_test.verdict.report import add_note  # Python 3.10 has no BaseException.add_note
-
-    if detect().is_launcher:
-        return
-    add_note(excinfo.value, NO_GROUP_IN_A_FIXTURE.format(fixture=_raising_fixture(item, excinfo), test=item.nodeid))
-
-
-def _raising_fixture(item: pytest.Item, excinfo: Any) -> str:
-    """``the fixture 'name'`` whose function the traceback passed through last, else ``a fixture``."""
-    info = getattr(item, "_fixtureinfo", None)
-    codes = {}
-    for name, defs in (getattr(info, "name2fixturedefs", None) or {}).items():
-        for fixturedef in defs:
-            code = getattr(getattr(fixturedef, "func", None), "__code__", None)
-            if code is not None:
-                codes[code] = name
-    tb = excinfo.value.__traceback__
-    found = None
-    while tb is not None:
-        found = codes.get(tb.tb_frame.f_code, found)
-        tb = tb.tb_next
-    return f"the fixture {found!r}" if found else "a fixture"
-
-
-def _add_properties(item: pytest.Item) -> None:
-    from continuous_test.controller import run_log
-
-    have = {name for name, _ in item.user_properties}
-    item.user_properties.extend(p for p in run_log.log().properties(item.nodeid) if p[0] not in have)
-    run = item.stash.get(_REPEAT, None)
-    if run is not None and "repeat" not in have:  # --ct-repeat: which run this is (the counts: the JSON report)
-        from continuous_test.session.repeat import run_tag
-
-        item.user_properties.append(("repeat", run_tag(run.mode, run.number, run.count)))
-
-
-def _note_outcome(item: pytest.Item, when: str, report: pytest.TestReport) -> None:
-    """Keep how the test ended so far, as the run report says it (a failure outranks the rest)."""
-    if item.stash.get(_OUTCOME, None) in ("failed", "error"):
-        return
-    if hasattr(report, "wasxfail"):
-        item.stash[_OUTCOME] = "xfailed" if report.skipped else "xpassed"
-    elif report.failed:
-        item.stash[_OUTCOME] = "failed" if when == "call" else "error"
-    elif report.skipped:
-        item.stash[_OUTCOME] = "skipped"
-    elif when == "call":
-        item.stash[_OUTCOME] = "passed"
-
-
 _REPORTS = pytest.StashKey[tuple]()
 
 
@@ -771,14 +677,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     from continuous_test.runner import write_reports
 
     parts: list = config.stash.get(_PARTS, [])
-    sharding = config.stash.get(_SHARDING, None)
+    sharding = config.stash.get(SHARDING, None)
     # A file that cannot be written now is a warning: the session's verdicts and its summary stand.
     write_reports(json_path, html_path, parts, sharding.repeat_counts() if sharding is not None else {},
                   sources=(json_source, html_source), on_error=_not_written)
-
-
-def _not_written(message: str) -> None:
-    warnings.warn(pytest.PytestWarning(message), stacklevel=2)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -813,74 +715,6 @@ def pytest_terminal_summary_all_skipped(terminalreporter: Any) -> Any:
     line = run_log.all_skipped_line([run_log.log().device_tally(), *terminalreporter.config.stash.get(_TALLIES, [])])
     if line is not None:
         terminalreporter.write_line(line)
-
-
-@pytest.hookimpl(specname="pytest_runtest_makereport")
-def pytest_runtest_makereport_hide_frames(item: pytest.Item, call: pytest.CallInfo) -> None:
-    """Show a rank failure as the ranks' tracebacks alone, without this process's frames.
-
-    Runs after pytest's unittest support put the test's exception on ``call``
-    (its hook is ``tryfirst``) and before the report is made.  The frames here are
-    unittest's run and the replay, all hidden; pytest shows unittest's frames when
-    nothing else is left, so none is kept.
-    """
-    from continuous_test.verdict.replay import VERDICT_ATTR
-
-    excinfo = call.excinfo if call.when == "call" else None
-    value = excinfo.value if excinfo is not None else None
-    if excinfo is not None and (getattr(value, "ct_ranks", None) or getattr(value, VERDICT_ATTR, False)):
-        # A rank's failure, or another verdict (a leak under the 'fail' policy, an
-        # inconsistent skip, a time limit): none of the frames here is the test's.
-        excinfo.traceback = excinfo.traceback.filter(lambda entry: False)
-        if value is not None and getattr(value, "ct_ranks", None) and getattr(value, "ct_head", None):
-            _print_once(value)
-
-
-def _print_once(error: BaseException) -> None:
-    """Keep out of the exception what the rank sections show (tracebacks, outputs, stacks, the timeline).
-
-    pytest prints the exception, its chained causes (each rank's traceback) and
-    then the report's sections (:func:`pytest_runtest_makereport`), which hold
-    the same: the exception keeps only the report's head and notes.
-    """
-    from continuous_test.verdict.report import JOINED_NOTES
-
-    # Python 3.10 has no __notes__: there the notes joined the report (verdict.report.join_note).
-    head = getattr(error, "ct_head") + "".join(f"\n{note}" for note in getattr(error, JOINED_NOTES, ()))
-    if "ct_report" in vars(error):  # a rank's own exception type, headed by the report
-        error.ct_report = head  # type: ignore[attr-defined]
-    else:
-        error.args = (head,)
-    error.__cause__ = None
-    error.__suppress_context__ = True
-
-
-def _summary_message(item: pytest.Item, report: pytest.TestReport, excinfo: Any) -> None:
-    """Give the short test summary (``FAILED x.py::T::test - ...``) the first line of the report.
-
-    With no frame of this process shown, pytest finds no line to take it from.
-    """
-    longrepr: Any = report.longrepr
-    if getattr(longrepr, "reprcrash", False) is not None:
-        return
-    try:
-        from _pytest._code.code import ReprFileLocation
-    except ImportError:  # a pytest without it: the summary stays without a message
-        return
-    path, lineno, _ = item.location
-    crash = ReprFileLocation(path, (lineno or 0) + 1, excinfo.exconly(tryshort=True))
-    longrepr.reprcrash = crash
-    chain = getattr(longrepr, "chain", None)
-    if chain:  # what xdist sends to its controller, which rebuilds reprcrash from the chain's last entry
-        chain[-1] = (chain[-1][0], crash, chain[-1][2])
-
-
-def _add_seed_section(report: pytest.TestReport) -> None:
-    from continuous_test import config as ct_config
-
-    line = ct_config.shuffle_failure_line()
-    if line is not None and line not in str(report.longrepr):  # distributed tests carry it as a note
-        report.sections.append(("continuous_test shuffle", line + "\n"))
 
 
 @pytest.hookimpl(tryfirst=True, specname="pytest_runtest_teardown")
@@ -932,67 +766,11 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) 
             stop_world(cls)
 
 
-# -- shards and repeats ----------------------------------------------------------------
-
-class _Sharding:
-    """This session's shard, durations files and repeats, read once at configure."""
-
-    def __init__(self, shard: Any, durations: str, store: Optional[str], repeat: int, fresh: bool) -> None:
-        self.shard, self.durations, self.store = shard, durations, store
-        self.repeat, self.fresh = repeat, fresh
-        # Set when this process kept none of a non-empty selection: more shards than groups of tests.
-        self.empty_shard = False
-        # Filled by the controller as reports come (xdist workers' too): node id -> seconds,
-        # world id -> seconds of its starts, and the repeated runs' outcomes.
-        self.test_seconds: dict = {}
-        self.world_seconds: dict = {}
-        from continuous_test.session.repeat import RepeatTally
-
-        self.tally = RepeatTally()
-        # node id of each repeated run -> the test it repeats (the run report's repeat counts).
-        self.repeated: dict = {}
-
-    def repeat_counts(self) -> dict:
-        """node id of each repeated run -> its test's ``runs``, ``passed`` and ``diagnosis``, all its runs together."""
-        found = {}
-        for node, test in self.repeated.items():
-            counts = self.tally.tests.get(test)
-            if counts is not None:
-                found[node] = counts.as_report()
-        return found
-
-
-_SHARDING = pytest.StashKey[_Sharding]()
-_REPEAT = pytest.StashKey[Any]()
-_WORLD_STARTS = pytest.StashKey[float]()
-
-
-def _sharding(config: pytest.Config) -> _Sharding:
-    """Resolve --ct-shard (else CONTINUOUS_TEST_SHARD; ``slurm``: the job array's task), the durations files and
-    the repeats."""
-    from continuous_test import config as ct_config
-    from continuous_test.session import shard
-
-    value = config.getoption("ct_shard")
-    chosen = shard.parse_shard(value, "the --ct-shard option") if value is not None else shard.shard_from_env()
-    root = str(config.rootpath)
-    durations = shard.durations_path(config.getoption("ct_durations"), root)
-    store = config.getoption("ct_store_durations")
-    stored = None if store is None else (shard.durations_path(store, root) if store else durations)
-    if stored is not None and not hasattr(config, "workerinput"):  # the main process writes it, at the end
-        from continuous_test.wire import files
-
-        stored = files.check(stored, "the --ct-store-durations option")
-    count = config.getoption("ct_repeat")
-    repeat = (ct_config.parse_positive_int(count, "repeat count", "the --ct-repeat option") if count is not None
-              else ct_config.repeat_count())
-    fresh = bool(config.getoption("ct_repeat_fresh")) or ct_config.repeat_fresh()
-    return _Sharding(chosen, durations, stored, repeat, fresh)
-
+# -- what shards and repeats ask of an item (session/pytest_shards.py does the rest) ---------------
 
 def repeat_tally(config: pytest.Config) -> Any:
     """The :class:`~continuous_test.session.repeat.RepeatTally` of this session (in the controller: all workers')."""
-    return config.stash[_SHARDING].tally
+    return config.stash[SHARDING].tally
 
 
 def item_world(item: pytest.Item) -> str:
@@ -1026,208 +804,3 @@ def _function_class_of_size(cls: type, size: int) -> type:
 def _has_world(item: pytest.Item) -> bool:
     cls = _test_class(item)
     return cls is not None and _shared_world(cls)
-
-
-@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
-def pytest_collection_modifyitems_shard(config: pytest.Config, items: List[pytest.Item]) -> None:
-    """After the selection (-k, -m, which run before): keep this shard's worlds, then make the repeats."""
-    sharding = config.stash.get(_SHARDING, None)
-    if sharding is None:
-        return
-    if sharding.shard is not None:
-        _keep_shard(config, sharding, items)
-    if sharding.repeat > 1 or sharding.fresh:
-        items[:] = _repeated(items, sharding.repeat, sharding.fresh)
-
-
-def _keep_shard(config: pytest.Config, sharding: _Sharding, items: List[pytest.Item]) -> None:
-    from continuous_test.session import shard
-
-    try:
-        durations = shard.Durations.load(sharding.durations)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    chosen = sharding.shard
-    cut = shard.split(items, item_world, lambda item: item.nodeid, _has_world, chosen.count, durations)
-    kept = cut.tests(chosen.index)
-    kept_ids = {id(item) for item in kept}
-    dropped = [item for item in items if id(item) not in kept_ids]
-    seconds = cut.seconds()
-    line = shard.SHARD_LINE.format(index=chosen.index, count=chosen.count, source=chosen.source, tests=len(kept),
-                                   total=len(items), units=len(cut.shards[chosen.index - 1]),
-                                   all_units=sum(map(len, cut.shards)), seconds=seconds[chosen.index - 1],
-                                   low=min(seconds), high=max(seconds))
-    sharding.empty_shard = bool(items) and not kept
-    items[:] = [item for item in items if id(item) in kept_ids]  # in the order at hand (a shuffled one, say)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and not hasattr(config, "workerinput"):
-        reporter.write_line(line)
-
-
-def _repeated(items: List[pytest.Item], count: int, fresh: bool) -> List[pytest.Item]:
-    """Each item as ``count`` runs in a row; with ``fresh``, ``count`` more of each test of a shared world,
-    after that world's shared runs (so that the shared world is started once)."""
-    from continuous_test.session.repeat import FRESH, SHARED
-
-    out: List[pytest.Item] = []
-    pending: List[pytest.Item] = []
-    for index, item in enumerate(items):
-        out.extend(_run_of(item, SHARED, k, count) for k in range(1, count + 1))
-        if fresh and _has_world(item):
-            pending.extend(_run_of(item, FRESH, k, count) for k in range(1, count + 1))
-        following = items[index + 1] if index + 1 < len(items) else None
-        if pending and (following is None or item_world(following) != item_world(item)):
-            out.extend(pending)
-            pending = []
-    return out
-
-
-def _run_of(item: pytest.Item, mode: str, number: int, count: int) -> pytest.Item:
-    """A new item for run ``number`` of ``count`` of ``item``, with the item's markers, fixtures and settings."""
-    from continuous_test.session.repeat import RepeatRun, run_name, run_tag
-
-    name = run_name(item.name, mode, number, count)
-    original = getattr(item, "originalname", None) or item.name
-    kind = _RepeatedTestCaseFunction if isinstance(item, _TestCaseFunction) else pytest.Function
-    new = kind.from_parent(item.parent, name=name, originalname=original,
-                           fixtureinfo=getattr(item, "_fixtureinfo", None),
-                           **_callspec(item, run_tag(mode, number, count)))
-    new.own_markers[:] = item.own_markers
-    new.keywords.update(item.keywords)
-    new.extra_keyword_matches.update(item.extra_keyword_matches)
-    if _MARKED in item.stash:
-        new.stash[_MARKED] = item.stash[_MARKED]
-    new.stash[_REPEAT] = RepeatRun(item.nodeid, mode, number, count)
-    return new
-
-
-def _callspec(item: pytest.Item, tag: str) -> dict:
-    """The ``callspec`` argument of a run of ``item``: its own, whose ids also name the run where pytest
-    builds node ids from them (pytest 9.2+), so that ``test_x[repeat-2of3]`` is the run's node id."""
-    callspec = getattr(item, "callspec", None)
-    kind = getattr(_pytest_python, "CallSpec", None) or getattr(_pytest_python, "CallSpec2")
-    if not any(f.name == "_idlist" for f in dataclasses.fields(kind)):
-        return {} if callspec is None else {"callspec": callspec}
-    base = callspec if callspec is not None else kind()
-    return {"callspec": dataclasses.replace(base, _idlist=(*base._idlist, tag))}
-
-
-class _RepeatedTestCaseFunction(_TestCaseFunction):
-    """One run of a unittest test under ``--ct-repeat``: named ``test_x[repeat-2of3]``, it runs ``test_x``."""
-
-    def _getinstance(self):  # pytest's seam: the TestCase instance for this item
-        return self.parent.obj(self.originalname)  # type: ignore[union-attr]
-
-
-@pytest.hookimpl(hookwrapper=True, specname="pytest_runtest_protocol")
-def pytest_runtest_protocol_fresh(item: pytest.Item, nextitem: Optional[pytest.Item]):
-    """Run a ``[fresh-KofN]`` item in a world started for it alone."""
-    run = item.stash.get(_REPEAT, None)
-    cls = _test_class(item) if run is not None and run.mode == "fresh" else None
-    if cls is None:
-        yield
-        return
-    from continuous_test.session.repeat import fresh_world
-
-    with fresh_world(cls):
-        yield
-
-
-@pytest.hookimpl(hookwrapper=True, specname="pytest_runtest_makereport")
-def pytest_runtest_makereport_shard(item: pytest.Item, call: pytest.CallInfo):
-    """Put on the report (which crosses from xdist workers) the repeat run and the world start this test paid for."""
-    outcome = yield
-    report = outcome.get_result()
-    run = item.stash.get(_REPEAT, None)
-    if run is not None:
-        report.ct_repeat = run.as_list()
-        if call.when == "teardown":  # whether its world starts again after this run (a failure restarts it)
-            from continuous_test.controller import run_log
-
-            record = run_log.log().tests.get(item.nodeid)
-            report.ct_restarts_world = bool(record is not None and record.restarts_world)
-    if _MARKED not in item.stash or not _has_world(item):
-        return
-    from continuous_test.controller.world import start_seconds
-
-    cls = _test_class(item)
-    assert cls is not None  # _has_world
-    if call.when == "setup":
-        item.stash[_WORLD_STARTS] = start_seconds(cls)
-    elif call.when == "call":
-        spent = start_seconds(cls) - item.stash.get(_WORLD_STARTS, start_seconds(cls))
-        if spent > 0:
-            report.ct_world_start = [item_world(item), spent]
-
-
-class _Recorder:
-    """Registered in the controller (not in xdist workers): adds up reports, writes durations, prints the repeats."""
-
-    def __init__(self, sharding: _Sharding) -> None:
-        self.sharding = sharding
-
-    @pytest.hookimpl(tryfirst=True)  # before junitxml, which writes the teardown report's properties
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Add up each test's time and its world's starts, and tally repeated runs."""
-        sharding = self.sharding
-        run = getattr(report, "ct_repeat", None)
-        if run is not None:
-            from continuous_test.session.repeat import RepeatRun
-
-            passed = None if report.skipped else (False if report.failed else (True if report.when == "call" else None))
-            repeat_run = RepeatRun(*run)
-            sharding.tally.record(repeat_run, passed)
-            if getattr(report, "ct_restarts_world", False):
-                sharding.tally.restarted(repeat_run)
-            sharding.repeated[report.nodeid] = run[0]
-            if report.when == "teardown" and repeat_run.number == repeat_run.count and \
-                    repeat_run.mode == ("fresh" if sharding.fresh else "repeat"):
-                # The test's last run: its diagnosis is complete, for JUnit XML.
-                report.user_properties.append(("repeat_diagnosis", sharding.tally.tests[repeat_run.test].diagnosis()))
-            return
-        started = getattr(report, "ct_world_start", None)
-        seconds = report.duration
-        if started is not None:
-            world, spent = started
-            sharding.world_seconds[world] = spent
-            seconds = max(0.0, seconds - spent)
-        sharding.test_seconds[report.nodeid] = sharding.test_seconds.get(report.nodeid, 0.0) + seconds
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The repeats' summary: per test, passed runs and what its failures follow."""
-        lines = self.sharding.tally.summary()
-        if lines:
-            terminalreporter.section("continuous_test repeats")
-            for line in lines[1:]:
-                terminalreporter.write_line(line)
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """An empty shard of a non-empty selection passes; with --ct-store-durations, update the durations
-        file with this run's (other tests' records are kept)."""
-        sharding = self.sharding
-        if sharding.empty_shard and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
-            session.exitstatus = pytest.ExitCode.OK  # the other shards run the selection
-        # A shard stores even when it ran nothing: its run's records are committed once every shard stored.
-        if sharding.store is None or not (sharding.test_seconds or sharding.shard is not None):
-            return
-        from continuous_test.session.shard import Durations
-
-        stored = Durations()
-        if os.path.isfile(sharding.store):  # not a FIFO's or a device's: reading one would wait or read nothing
-            try:
-                stored = Durations.load(sharding.store)
-            except ValueError:  # unreadable: written again from this run alone
-                pass
-        run = Durations({k: round(v, 4) for k, v in sharding.test_seconds.items()},
-                        {k: round(v, 4) for k, v in sharding.world_seconds.items()})
-        # Into the file the shards read, a shard's records wait for the run's other shards (the split
-        # reads only committed records); into a file of its own they are this job's records.
-        same_file = os.path.realpath(sharding.store) == os.path.realpath(sharding.durations)
-        stored.record(run, sharding.shard if same_file else None)
-        try:
-            stored.save(sharding.store)
-        except OSError as exc:  # the session's verdicts and its summary stand
-            _not_written(f"continuous_test: the durations for the --ct-store-durations option were not written "
-                         f"to {sharding.store!r}: {exc.strerror or exc}")

@@ -44,8 +44,8 @@ class ContinuousTestResult(unittest.TextTestResult):
 
     # The test last started: the one Ctrl-C interrupted, if it comes.
     current: Optional[unittest.TestCase] = None
-    # How the running test ended so far, in the run report's words.
-    _ct_outcome = "passed"
+    # How the running test ended so far, in the run report's words (controller/run_log.py's, set at its start).
+    _ct_outcome: Optional[str] = None
     # Between a test's start and its stopTest (a skipped subtest's addSkip comes inside).
     _ct_open = False
 
@@ -57,7 +57,7 @@ class ContinuousTestResult(unittest.TextTestResult):
         from continuous_test.controller import run_log
 
         self.current = test
-        self._ct_outcome = "passed"
+        self._ct_outcome = run_log.PASSED
         self._ct_open = True
         run_log.log().begin(test.id())
 
@@ -66,20 +66,23 @@ class ContinuousTestResult(unittest.TextTestResult):
 
         super().stopTest(test)
         self._ct_open = False
-        run_log.log().end(test.id(), self._ct_outcome)
+        run_log.log().end(test.id(), self._ct_outcome or run_log.PASSED)
 
-    def _ended(self, outcome: str) -> None:
+    def _ended(self, word: str) -> None:
+        """The test ended as run_log's outcome ``word`` (``"FAILED"``): imported here, as ranks run this
+        result under a launcher and load no controller code at import."""
+        from continuous_test.controller import run_log
+
         # A failure or error outranks the rest (a subtest's failure, then the test's success).
-        if self._ct_outcome not in ("failed", "error"):
-            self._ct_outcome = outcome
+        self._ct_outcome = run_log.outcome_after(self._ct_outcome, getattr(run_log, word))
 
     def addFailure(self, test, err) -> None:  # noqa: N802 - unittest's name
-        self._ended("failed")
+        self._ended("FAILED")
         _error_seen(err)
         super().addFailure(test, err)
 
     def addError(self, test, err) -> None:  # noqa: N802 - unittest's name
-        self._ended("error")
+        self._ended("ERROR")
         _error_seen(err)
         super().addError(test, err)
 
@@ -89,20 +92,20 @@ class ContinuousTestResult(unittest.TextTestResult):
             # class) without startTest, yet calls stopTest: begin it here, or the run report loses it
             # and it takes the outcome of the test before.  unittest's count ("Ran N") stays its own.
             self._begin(test)
-        self._ended("skipped")
+        self._ended("SKIPPED")
         super().addSkip(test, reason)
 
     def addExpectedFailure(self, test, err) -> None:  # noqa: N802 - unittest's name
-        self._ended("xfailed")
+        self._ended("XFAILED")
         super().addExpectedFailure(test, err)
 
     def addUnexpectedSuccess(self, test) -> None:  # noqa: N802 - unittest's name
-        self._ended("xpassed")
+        self._ended("XPASSED")
         super().addUnexpectedSuccess(test)
 
     def addSubTest(self, test, subtest, err) -> None:  # noqa: N802 - unittest's name
         if err is not None:
-            self._ended("failed" if issubclass(err[0], test.failureException) else "error")
+            self._ended("FAILED" if issubclass(err[0], test.failureException) else "ERROR")
             _error_seen(err)
         super().addSubTest(test, subtest, err)
 

@@ -34,23 +34,23 @@ def test_documented_defaults():
 def test_precedence_for_time_limit():
     assert config.test_time_limit(WithAttrs, None, env={}) == 7
     assert config.test_time_limit(WithAttrs, decorated, env={}) == 3
-    assert config.test_time_limit(WithAttrs, decorated, env={config.ENV_TIMEOUT: "11"}) == 11
+    assert config.test_time_limit(WithAttrs, decorated, env={env_names.ENV_TIMEOUT: "11"}) == 11
     with config.overridden(config.Overrides(marked_time_limit=5)):
         assert config.test_time_limit(WithAttrs, decorated, env={}) == 5
-        assert config.test_time_limit(WithAttrs, decorated, env={config.ENV_TIMEOUT: "11"}) == 11
+        assert config.test_time_limit(WithAttrs, decorated, env={env_names.ENV_TIMEOUT: "11"}) == 11
     with config.overridden(config.Overrides(time_limit=13)):
-        assert config.test_time_limit(WithAttrs, decorated, env={config.ENV_TIMEOUT: "11"}) == 13
+        assert config.test_time_limit(WithAttrs, decorated, env={env_names.ENV_TIMEOUT: "11"}) == 13
     assert config.current_overrides() == config.Overrides()  # nothing left behind
 
 
 def test_scale_multiplies():
-    assert config.test_time_limit(WithAttrs, decorated, env={config.ENV_TIMEOUT_SCALE: "2.5"}) == 7.5
+    assert config.test_time_limit(WithAttrs, decorated, env={env_names.ENV_TIMEOUT_SCALE: "2.5"}) == 7.5
 
 
 @pytest.mark.parametrize("read, name, attribute", [
-    (config.grace_period, config.ENV_GRACE, "grace_period"),
-    (config.start_timeout, config.ENV_START_TIMEOUT, "start_timeout"),
-    (config.shutdown_timeout, config.ENV_SHUTDOWN_TIMEOUT, "shutdown_timeout"),
+    (config.grace_period, env_names.ENV_GRACE, "grace_period"),
+    (config.start_timeout, env_names.ENV_START_TIMEOUT, "start_timeout"),
+    (config.shutdown_timeout, env_names.ENV_SHUTDOWN_TIMEOUT, "shutdown_timeout"),
 ])
 def test_seconds_settings_come_from_their_variable_first(read, name, attribute):
     attrs = type("Attrs", (), {attribute: 0.5})
@@ -63,25 +63,25 @@ def test_seconds_settings_come_from_their_variable_first(read, name, attribute):
 
 def test_grace():
     assert config.grace_period(WithAttrs, env={}) == 0.5
-    assert config.grace_period(WithAttrs, env={config.ENV_GRACE: "9"}) == 9
+    assert config.grace_period(WithAttrs, env={env_names.ENV_GRACE: "9"}) == 9
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf", ""])
 def test_bad_environment_values_name_the_variable(value):
     if value == "":
-        assert config.test_time_limit(Plain, None, env={config.ENV_TIMEOUT: value}) == config.DEFAULT_TEST_TIMEOUT
+        assert config.test_time_limit(Plain, None, env={env_names.ENV_TIMEOUT: value}) == config.DEFAULT_TEST_TIMEOUT
         return
     with pytest.raises(ConfigError) as info:
-        config.test_time_limit(Plain, None, env={config.ENV_TIMEOUT: value})
+        config.test_time_limit(Plain, None, env={env_names.ENV_TIMEOUT: value})
     assert str(info.value) == config.INVALID_VALUE.format(
         what="timeout", value=value, source="CONTINUOUS_TEST_TIMEOUT environment variable")
 
 
 def test_bad_scale_and_grace():
     with pytest.raises(ConfigError, match="Invalid timeout scale 'x' from CONTINUOUS_TEST_TIMEOUT_SCALE"):
-        config.test_time_limit(Plain, None, env={config.ENV_TIMEOUT_SCALE: "x"})
+        config.test_time_limit(Plain, None, env={env_names.ENV_TIMEOUT_SCALE: "x"})
     with pytest.raises(ConfigError, match="Invalid grace period '-2' from CONTINUOUS_TEST_GRACE"):
-        config.grace_period(Plain, env={config.ENV_GRACE: "-2"})
+        config.grace_period(Plain, env={env_names.ENV_GRACE: "-2"})
 
 
 def test_bad_decorator_and_class_values():
@@ -105,15 +105,21 @@ def test_bad_ints_name_their_source(value, source):
 
 def test_start_method_is_a_config_error():
     with pytest.raises(ConfigError, match="Invalid start method 'thread' from CONTINUOUS_TEST_START_METHOD"):
-        config.start_method(env={config.ENV_START_METHOD: "thread"})
+        config.start_method(env={env_names.ENV_START_METHOD: "thread"})
 
 
 def test_torch_testcase_choice():
     assert config.torch_testcase_wanted(env={}) is None
-    assert config.torch_testcase_wanted(env={config.ENV_TORCH_TESTCASE: "1"}) is True
-    assert config.torch_testcase_wanted(env={config.ENV_TORCH_TESTCASE: " Off "}) is False
+    assert config.torch_testcase_wanted(env={env_names.ENV_TORCH_TESTCASE: "1"}) is True
+    assert config.torch_testcase_wanted(env={env_names.ENV_TORCH_TESTCASE: " Off "}) is False
     with pytest.raises(ConfigError, match="Invalid value 'maybe' from CONTINUOUS_TEST_TORCH_TESTCASE"):
-        config.torch_testcase_wanted(env={config.ENV_TORCH_TESTCASE: "maybe"})
+        config.torch_testcase_wanted(env={env_names.ENV_TORCH_TESTCASE: "maybe"})
+
+
+def test_environment_variable_names_come_from_the_wire_format_alone():
+    # One answer per name: config reads them from wire/env.py and re-exports none of them.
+    assert [name for name in vars(config) if name.startswith("ENV_")] == []
+    assert env_names.ENV_TIMEOUT == "CONTINUOUS_TEST_TIMEOUT"
 
 
 @pytest.mark.parametrize("name", sorted(env_names.SWITCHES))
@@ -158,7 +164,7 @@ def test_resolve_reads_torch_override_points_once():
         def backend_str(cls):
             return "gloo"
 
-    settings = config.resolve(Sized, check_importable=False, env={config.ENV_GRACE: "2"})
+    settings = config.resolve(Sized, check_importable=False, env={env_names.ENV_GRACE: "2"})
     assert (settings.world_size, settings.device_type, settings.backend, settings.grace) == (3, "cpu", "gloo", 2.0)
     with config.overridden(config.Overrides(world_size=5)):
         assert config.resolve(Sized, check_importable=False).world_size == 5

@@ -23,7 +23,7 @@ import helpers
 import pytest
 from helpers import describe, pytest_counts, unittest_counts
 
-from continuous_test.controller import devices
+from continuous_test.controller import device_needs, devices
 from continuous_test.errors import ConfigError, DeviceWaitError
 from continuous_test.wire.env import ENV_DEVICE_DIR, ENV_DEVICE_WAIT, ENV_SIMULATE_DEVICES
 
@@ -44,15 +44,15 @@ def _pool(tmp_path, count=4):
 
 
 def test_a_cpu_world_needs_none_an_accelerator_world_one_device_per_rank():
-    assert devices.devices_needed(3, "cpu", "gloo", env={}) == 0
-    assert devices.devices_needed(3, "cpu", None, env={}) == 0
-    assert devices.devices_needed(3, "cuda", None, env={}) == 3
-    assert devices.devices_needed(3, "cpu", "nccl", env={}) == 3
-    assert devices.devices_needed(2, "cpu", "cpu:gloo,cuda:nccl", env={}) == 2
-    assert devices.devices_needed(2, "cuda", "nccl", required=4, env={}) == 4
-    assert devices.devices_needed(2, "cpu", "gloo", required=4, env={}) == 4
+    assert device_needs.devices_needed(3, "cpu", "gloo", env={}) == 0
+    assert device_needs.devices_needed(3, "cpu", None, env={}) == 0
+    assert device_needs.devices_needed(3, "cuda", None, env={}) == 3
+    assert device_needs.devices_needed(3, "cpu", "nccl", env={}) == 3
+    assert device_needs.devices_needed(2, "cpu", "cpu:gloo,cuda:nccl", env={}) == 2
+    assert device_needs.devices_needed(2, "cuda", "nccl", required=4, env={}) == 4
+    assert device_needs.devices_needed(2, "cpu", "gloo", required=4, env={}) == 4
     # Simulated: every world is an accelerator world.
-    assert devices.devices_needed(3, "cpu", "gloo", env={ENV_SIMULATE_DEVICES: "4"}) == 3
+    assert device_needs.devices_needed(3, "cpu", "gloo", env={ENV_SIMULATE_DEVICES: "4"}) == 3
 
 
 # -- which accelerator: the one rule (config.accelerator) ------------------------------------
@@ -214,16 +214,16 @@ def test_torchs_decorators_say_what_a_test_requires():
     def plain(self):
         pass
 
-    assert [devices.required_devices(f) for f in (three, runs_on_cpu, five, plain, None)] == [3, 0, 5, 0, 0]
+    assert [device_needs.required_devices(f) for f in (three, runs_on_cpu, five, plain, None)] == [3, 0, 5, 0, 0]
 
     class Case(unittest.TestCase):
         test_three, test_five, test_plain = three, five, plain
 
     methods = ["test_three", "test_five", "test_plain"]
     # A world leases for the largest requirement the host can meet; a test asking more skips by itself.
-    assert devices.class_need(Case, 2, "cuda", None, methods, pool_size=4) == 3
-    assert devices.class_need(Case, 2, "cuda", None, methods, pool_size=8) == 5
-    assert devices.class_need(Case, 2, "cpu", "gloo", ["test_plain"], pool_size=8) == 0
+    assert device_needs.class_need(Case, 2, "cuda", None, methods, pool_size=4) == 3
+    assert device_needs.class_need(Case, 2, "cuda", None, methods, pool_size=8) == 5
+    assert device_needs.class_need(Case, 2, "cpu", "gloo", ["test_plain"], pool_size=8) == 0
 
 
 # -- the pool --------------------------------------------------------------------------
@@ -291,8 +291,8 @@ def test_a_world_of_exactly_the_hosts_devices_gets_them_all_and_one_more_skips(t
             pass
 
     # A test asking for exactly the host's count sets the world's lease; one asking one more skips by itself.
-    assert devices.class_need(Case, 2, "cuda", None, ["test_all", "test_more"], pool_size=4) == 4
-    assert devices.class_need(Case, 2, "cuda", None, ["test_more"], pool_size=4) == 2
+    assert device_needs.class_need(Case, 2, "cuda", None, ["test_all", "test_more"], pool_size=4) == 4
+    assert device_needs.class_need(Case, 2, "cuda", None, ["test_more"], pool_size=4) == 2
 
 
 def test_a_partial_lease_that_fails_gives_back_what_it_took(tmp_path):
@@ -416,7 +416,7 @@ def test_the_visible_devices_of_the_parent_are_the_pool(tmp_path, monkeypatch):
 
 HOLDER = """
 import sys, time
-from continuous_test.controller import devices
+from continuous_test.controller import device_needs, devices
 lease = devices.pool_for("cpu").lease(int(sys.argv[1]), "holder", bound=30)
 print("held", lease.ids, flush=True)
 time.sleep(float(sys.argv[2]))

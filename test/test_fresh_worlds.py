@@ -17,6 +17,7 @@ from helpers import describe, pytest_counts, unittest_counts
 from continuous_test import changes_its_world, expect_exit, fresh_world
 from continuous_test.errors import ConfigError
 from continuous_test.fresh_worlds import either, wanted
+from continuous_test.wire.env import ENV_LEAKS
 
 SCENARIO = "test_fresh_worlds.py"
 SHARED = ("test_a_shared", "test_d_shared", "test_f_shared")
@@ -227,7 +228,7 @@ def test_a_world_of_its_own_has_no_leak_check_even_under_the_fail_policy(monkeyp
     monkeypatch.setattr(config, "resolve", lambda cls, size=None: config.ClassSettings(
         cls.__qualname__, 2, "cpu", "gloo", 1.0, 10.0, 10.0))
     monkeypatch.setattr(run_log, "_LOG", run_log.RunLog())
-    monkeypatch.setenv(config.ENV_LEAKS, "fail")
+    monkeypatch.setenv(ENV_LEAKS, "fail")
 
     class Own(_Suite):
         fresh_world_tests = "test_plain"

@@ -10,6 +10,7 @@ from helpers import describe, unittest_counts
 from continuous_test import MultiProcContinuousTest, config
 from continuous_test.controller import bisect
 from continuous_test.controller.world import TestPlan
+from continuous_test.wire.env import ENV_BISECT
 
 
 def run_order(*args: str, **env: str):
@@ -47,10 +48,10 @@ def test_a_failure_that_needs_two_earlier_tests_names_both():
 
 @pytest.mark.world
 def test_off_and_budget():
-    proc = run_order("-k", "test_a", "-k", "test_e", **{config.ENV_BISECT: "off"})
+    proc = run_order("-k", "test_a", "-k", "test_e", **{ENV_BISECT: "off"})
     assert unittest_counts(proc.stderr) == {"ran": 2, "failures": 1}, describe(proc)
     assert "rerun and bisect" not in proc.stderr
-    proc = run_order("-k", "test_a", "-k", "test_e", **{config.ENV_BISECT: "0.001"})
+    proc = run_order("-k", "test_a", "-k", "test_e", **{ENV_BISECT: "0.001"})
     # A rerun takes at least as long as the test took: with 1 ms of budget, none is made.
     assert "not rerun in a fresh world: it ran" in proc.stderr, describe(proc)
     assert "rerun and bisect (" not in proc.stderr, describe(proc)
@@ -97,7 +98,7 @@ def test_a_world_started_again_starts_a_new_history(monkeypatch):
 
 def test_bad_budget_names_its_source():
     try:
-        config.bisect_budget({config.ENV_BISECT: "soon"})
+        config.bisect_budget({ENV_BISECT: "soon"})
     except config.ConfigError as exc:
         assert "'soon' from CONTINUOUS_TEST_BISECT environment variable" in str(exc)
     else:
@@ -117,7 +118,7 @@ def test_expected_failures_are_not_rerun():
 @pytest.mark.world
 def test_a_failure_is_not_rerun_when_the_rerun_would_outlast_the_budget():
     proc = helpers.python("test_rerun_limits.py", "LongFailureTest",
-                          env={config.ENV_BISECT: "1.5", "SLOW_SECONDS": "2"})
+                          env={ENV_BISECT: "1.5", "SLOW_SECONDS": "2"})
     assert unittest_counts(proc.stderr) == {"ran": 1, "failures": 1}, describe(proc)
     assert "not rerun in a fresh world: it ran 2 s" in proc.stderr, describe(proc)
     assert "rerun and bisect (" not in proc.stderr, describe(proc)

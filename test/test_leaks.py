@@ -30,6 +30,7 @@ from continuous_test.verdict import leaks as verdict_leaks
 from continuous_test.verdict.merge import Status, merge
 from continuous_test.wire import outcome
 from continuous_test.wire.outcome import RankOutcome
+from continuous_test.wire.env import ENV_BISECT, ENV_LEAKS
 
 
 @pytest.fixture(autouse=True)
@@ -61,6 +62,18 @@ def _check(change, policy="restore"):
 
 def test_nothing_changed_reports_nothing():
     assert leaks.check(leaks.take(), "restore") is None
+
+
+def test_a_watcher_is_one_entry_of_its_table_and_what_is_watched_is_read_from_the_tables(monkeypatch):
+    # Adding a watcher is one entry: check() runs it, and WATCHED (what docs and users read) names it.
+    def fake(before, found, own_files):
+        found.append(outcome.Leak("the fake state", "0", "1", True))
+
+    monkeypatch.setattr(leaks, "_CHECKS", (*leaks._CHECKS, ("the fake state", fake)))
+    report = leaks.check(leaks.take(), "restore")
+    assert report is not None and [leak.item for leak in report.leaks] == ["the fake state"]
+    assert leaks.WATCHED == tuple(label for label, *_ in (*leaks._SCALARS, *leaks._CHECKS[:-1]))
+    assert len(set(leaks.WATCHED)) == len(leaks.WATCHED)
 
 
 def test_a_module_replaced_after_a_reused_copy_is_still_seen():
@@ -492,13 +505,13 @@ class Marked:
 def test_policy_precedence():
     assert config.leak_policy(Marked, Marked.test_marked, env={}) == "off"
     assert config.leak_policy(Marked, Marked.test_plain, env={}) == "fail"
-    assert config.leak_policy(Marked, Marked.test_plain, env={config.ENV_LEAKS: "restore"}) == "restore"
+    assert config.leak_policy(Marked, Marked.test_plain, env={ENV_LEAKS: "restore"}) == "restore"
     assert config.leak_policy(object, None, env={}) == "restore"
 
 
 def test_bad_policy_names_its_source():
     with pytest.raises(config.ConfigError, match="'sometimes' from CONTINUOUS_TEST_LEAKS environment variable"):
-        config.leak_policy(Marked, None, env={config.ENV_LEAKS: "sometimes"})
+        config.leak_policy(Marked, None, env={ENV_LEAKS: "sometimes"})
     with pytest.raises(config.ConfigError, match="from Bad.leak_policy"):
         config.leak_policy(type("Bad", (), {"leak_policy": "never"}), None, env={})
 
@@ -508,7 +521,7 @@ def test_bad_policy_names_its_source():
 import helpers  # noqa: E402
 from helpers import describe, pytest_counts, unittest_counts, verbose_name  # noqa: E402
 
-NO_BISECT = {config.ENV_BISECT: "off"}
+NO_BISECT = {ENV_BISECT: "off"}
 DTYPE_LINE = "  left torch default dtype changed: torch.float32 \u2192 torch.float64 (ranks 0, 1)"
 
 
@@ -529,7 +542,7 @@ def test_restore_policy_warns_and_the_next_test_sees_a_clean_process():
 
 @pytest.mark.world
 def test_off_policy_lets_the_leak_through():
-    proc = helpers.python("test_leaks.py", env={**NO_BISECT, config.ENV_LEAKS: "off"})
+    proc = helpers.python("test_leaks.py", env={**NO_BISECT, ENV_LEAKS: "off"})
     assert proc.returncode == 1, describe(proc)
     assert "FAIL: test_2_sensitive" in proc.stderr and "LeakWarning" not in proc.stderr
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
@@ -537,7 +550,7 @@ def test_off_policy_lets_the_leak_through():
 
 @pytest.mark.world
 def test_fail_policy_fails_the_leaking_test_only():
-    proc = helpers.python("test_leaks.py", env={**NO_BISECT, config.ENV_LEAKS: "fail"})
+    proc = helpers.python("test_leaks.py", env={**NO_BISECT, ENV_LEAKS: "fail"})
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
     assert "FAIL: test_1_leaks" in proc.stderr and "continuous_test.errors.LeakError" in proc.stderr
     assert DTYPE_LINE in proc.stderr and verdict_leaks.FAILED_BY_POLICY in proc.stderr
@@ -597,7 +610,7 @@ def test_what_a_first_import_sets_for_itself_is_kept_and_not_reported():
     # sys.path entries inside a module first imported during the test, warnings
     # filters about such a module, and the variables torch sets for itself are the
     # process's from then on, as in a process of its own; a variable of the test's is a leak.
-    proc = helpers.python("test_leak_rules.py", "-v", "ImportTimeTest", env={**LEAK_RULES, config.ENV_LEAKS: "fail"})
+    proc = helpers.python("test_leak_rules.py", "-v", "ImportTimeTest", env={**LEAK_RULES, ENV_LEAKS: "fail"})
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
     for test in ("test_a_first_import", "test_b_needs_what_the_import_set", "test_c_torch_sets_its_cache_dir"):
         assert f"{verbose_name(test, 'ImportTimeTest')} ... ok" in proc.stderr, describe(proc)
@@ -610,7 +623,7 @@ def test_ddp_and_device_mesh_in_every_test_are_no_leak():
     # The first DDP of a process sets TORCHINDUCTOR_CACHE_DIR (torch 2.13); each DeviceMesh
     # makes subgroups.  Under 'fail' every such test used to fail (each failure restarted
     # the world, so the next DDP test was again the first).
-    proc = helpers.python("test_leak_rules.py", "TorchOwnTest", env={**LEAK_RULES, config.ENV_LEAKS: "fail"})
+    proc = helpers.python("test_leak_rules.py", "TorchOwnTest", env={**LEAK_RULES, ENV_LEAKS: "fail"})
     assert unittest_counts(proc.stderr) == {"ran": 3}, describe(proc)
     assert "LeakWarning" not in proc.stderr and "LeakError" not in proc.stderr, describe(proc)
 
@@ -682,7 +695,7 @@ def test_a_daemon_thread_the_test_left_is_a_leak_and_a_librarys_pool_is_kept():
 
 @pytest.mark.world
 def test_fail_policy_fails_the_test_that_left_a_daemon_thread_and_not_a_librarys_pool():
-    proc = helpers.python("test_leak_rules.py", "-v", "DaemonTest", env={**LEAK_RULES, config.ENV_LEAKS: "fail"})
+    proc = helpers.python("test_leak_rules.py", "-v", "DaemonTest", env={**LEAK_RULES, ENV_LEAKS: "fail"})
     assert unittest_counts(proc.stderr) == {"ran": 4, "failures": 1}, describe(proc)
     assert "FAIL: test_a_leaves_a_daemon_thread" in proc.stderr, describe(proc)
     assert re.search(r"left threads the test started changed: none running \u2192 'ends-the-rank' \(daemon, "

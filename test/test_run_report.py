@@ -105,6 +105,15 @@ def test_the_report_has_world_starts_restarts_and_times(unittest_run):
 
 
 @pytest.mark.world
+def test_the_outcome_words_are_the_schemas_and_a_failure_outranks_the_rest():
+    # One answer: run_tests' result and the pytest plugin both say a test's outcome through run_log.
+    assert list(run_log.OUTCOMES) == schema()["$defs"]["outcome"]["enum"]
+    assert run_log.outcome_after(run_log.FAILED, run_log.PASSED) == run_log.FAILED
+    assert run_log.outcome_after(run_log.ERROR, run_log.SKIPPED) == run_log.ERROR
+    assert run_log.outcome_after(run_log.SKIPPED, run_log.FAILED) == run_log.FAILED
+    assert run_log.outcome_after(None, run_log.XPASSED) == run_log.XPASSED
+
+
 def test_the_validator_rejects_a_broken_report(unittest_run):
     _, report, _ = unittest_run
     broken = copy.deepcopy(report)

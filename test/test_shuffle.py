@@ -9,6 +9,7 @@ from helpers import describe
 
 from continuous_test import config
 from continuous_test.session import shuffle
+from continuous_test.wire.env import ENV_SHUFFLE
 
 DEFAULT = ["Alpha.test_a", "Alpha.test_b", "Alpha.test_c", "Alpha.test_d", "Beta.test_a", "Beta.test_b",
            "Beta.test_c", "Zeta.test_a", "Zeta.test_fails", "Zeta.test_z"]
@@ -19,7 +20,7 @@ def order(proc) -> list:
 
 
 def seeded(seed: str, **env: str) -> dict:
-    return {config.ENV_SHUFFLE: seed, **env}
+    return {ENV_SHUFFLE: seed, **env}
 
 
 @pytest.mark.e2e

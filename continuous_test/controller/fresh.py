@@ -13,7 +13,7 @@ import unittest
 from typing import Any, Dict, List, Optional, Tuple
 
 from continuous_test import config, sizes
-from continuous_test.controller import devices, output as rank_output, progress, run_log
+from continuous_test.controller import device_needs, devices, output as rank_output, progress, run_log
 from continuous_test.controller.processes import (
     KILL_TIMEOUT,
     SPARES,
@@ -52,7 +52,7 @@ class FreshRanks:
 
         s, cls, method = self.settings, self.cls, self.method
         self.lease = devices.lease_for(
-            s.device_type, lambda size: devices.class_need(cls, s.world_size, s.device_type, s.backend, [method], size),
+            s.device_type, lambda size: device_needs.class_need(cls, s.world_size, s.device_type, s.backend, [method], size),
             f"{cls.__qualname__}.{method} (world of {s.world_size})", make_room=lambda: park_idle_worlds(None))
         try:
             self.ranks = start_ranks(cls, s, self.world_dir, RankKind.FRESH, method, self.rendezvous,

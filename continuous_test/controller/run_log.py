@@ -51,10 +51,24 @@ __all__ = [
     "NOT_RERUN",
     "STOPPED",
     "INTERRUPTED",
+    "OUTCOMES",
+    "outcome_after",
 ]
 
 VERSION = 1
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run_report.schema.json")
+# How a test ended, in the run report's words (the schema's "outcome"); every runner says them from here.
+PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+XFAILED, XPASSED, UNKNOWN = "xfailed", "xpassed", "unknown"
+OUTCOMES = (PASSED, FAILED, ERROR, SKIPPED, XFAILED, XPASSED, UNKNOWN)
+
+
+def outcome_after(so_far: Optional[str], new: str) -> str:
+    """A test's outcome once one more of its results came (a subtest's, a phase's): a failure or an error
+    outranks the rest; called by run_tests' result and the pytest plugin's report shaping."""
+    return so_far if so_far in (FAILED, ERROR) else new
+
+
 # Rerun-and-bisect verdicts, as the report and the JUnit ``diagnosis`` property spell them.
 FAILS_ALONE = "fails-alone"
 ORDER_DEPENDENT = "order-dependent"
@@ -109,7 +123,7 @@ class _Test:
     def as_dict(self, seed: Optional[int]) -> dict:
         end = self.end if self.end is not None else self.start
         restored = None if not self.leaks else all(leak["restored"] for leak in self.leaks)
-        return {"id": self.id, "outcome": self.outcome or "unknown", "start": self.start, "end": end,
+        return {"id": self.id, "outcome": self.outcome or UNKNOWN, "start": self.start, "end": end,
                 "seconds": round(end - self.start, 6), "world": self.world, "world_start": self.world_start,
                 "world_restarts": max(0, (self.world_start or 1) - 1), "restarts_world": self.restarts_world,
                 "failing_ranks": self.failing_ranks, "raising_ranks": self.raising_ranks, "diagnosis": self.diagnosis, "leaks": self.leaks,
@@ -252,7 +266,7 @@ class RunLog:
         if lane is None:
             return
         failing, raising = failing_ranks(verdict), raising_ranks(verdict)
-        outcome = "failed" if verdict.failed else ("skipped" if verdict.status.value == "skip" else "passed")
+        outcome = FAILED if verdict.failed else (SKIPPED if verdict.status.value == "skip" else PASSED)
         purpose = lane.starts[-1]["purpose"] if lane.starts else "tests"
         current = self._current_id()
         self.runs.append({"world": lane.id, "test": test, "for_test": current, "start": wall(sent),

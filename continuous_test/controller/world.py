@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequ
 
 from continuous_test import config
 from continuous_test._role import world_name
-from continuous_test.controller import devices, output as rank_output, progress, run_log
+from continuous_test.controller import device_needs, devices, output as rank_output, progress, run_log
 from continuous_test.controller.processes import RankProcess, kill_ranks, start_ranks
 from continuous_test.controller.watch import Goal, Waited, Watch
 from continuous_test.errors import ConfigError, RankDiedError, WorldStartError
@@ -218,7 +218,7 @@ class World:
         s, cls = self.settings, self.cls
         # The class's tests are listed only where there is a pool to lease from (not on a CPU-only host).
         return devices.lease_for(
-            s.device_type, lambda size: devices.class_need(cls, s.world_size, s.device_type, s.backend,
+            s.device_type, lambda size: device_needs.class_need(cls, s.world_size, s.device_type, s.backend,
                                                            unittest.defaultTestLoader.getTestCaseNames(cls), size),
             f"{world_name(cls)} (world of {s.world_size})", make_room=lambda: park_idle_worlds(self))
 

@@ -62,21 +62,7 @@ __all__ = [
 ]
 
 POLICIES = LEAK_POLICIES  # restore, fail, off (continuous_test.config)
-WATCHED = (
-    "current directory", "umask", "a lowered recursion limit", "trace and profile functions",
-    "an alarm or interval timer the test left pending", "SIGCHLD and SIGTERM handlers",
-    "the open-file limit (RLIMIT_NOFILE)", "gc thresholds", "the default socket timeout",
-    "numpy error handling and print options (where numpy is imported)", "torch print options",
-    "autograd anomaly mode",
-    "environment variables", "sys.path", "sys.modules (replaced or removed modules, added non-modules)",
-    "sys.stdout and sys.stderr", "warnings filters", "torch default dtype", "torch default device",
-    "torch function and dispatch modes left entered (a torch.device(...) context)",
-    "child processes the test started in a session or process group of their own",
-    "grad mode", "torch intra-op threads", "torch inter-op threads", "deterministic algorithms",
-    "float32 matmul precision (TF32)", "cudnn flags", "default process group (object, rank, size)",
-    "threads the test's own code started (daemon or not), not a library's",
-    "global module and optimizer hooks",
-)
+# WATCHED, what is watched, is read from the watchers' tables at the end of this module.
 
 # Variables torch's compile stack sets for itself the first time it is used (its
 # cache directories, a process-unique pointer): once set, a process keeps them.
@@ -422,27 +408,8 @@ def check(before: Snapshot, policy: str,
     _active = None  # what is imported from now on is the check's, not the test's
     found: List[Leak] = []
     _check_scalars(before, found)
-    _check_recursion_limit(before.recursion, found)
-    _check_env(before.env, found)
-    if sys.path != before.path:
-        _check_path(before, found)
-    if not _modules_unchanged(before):
-        _check_modules(before.modules, found)
-    else:
-        _modules_verified_equal(before.modules)
-    if (sys.stdout, sys.stderr) != before.streams:
-        _check_streams(before.streams, found)
-    if warnings.filters != before.filters:
-        leak = _put_back_filters(before.filters, before.modules)
-        if leak is not None:
-            found.append(leak)
-    _check_hooks(before.hooks, found)
-    _check_threads(before.threads, found, own_files)
-    if _modes() != before.modes:
-        _check_modes(before.modes, found)
-    if before.children is not None and _children() != before.children:
-        _check_children(before.children, found)
-    _check_groups(before, found)
+    for _, check_one in _CHECKS:
+        check_one(before, found, own_files)
     return LeakReport(policy, tuple(found)) if found else None
 
 
@@ -976,3 +943,46 @@ def _show(value: Any) -> str:
 
 def _cut(text: str) -> str:
     return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 3] + "..."
+
+
+# -- the watchers ---------------------------------------------------------------------
+# A value read and written back is one entry of _SCALARS (label, read, write).  Anything else is one
+# entry here, in the order check() runs them: (what is watched, its check), the check comparing the
+# snapshot's field with the state now, putting back what it can and adding a Leak for each change.
+
+
+def _filters(before: Snapshot, found: List[Leak]) -> None:
+    if warnings.filters != before.filters:
+        leak = _put_back_filters(before.filters, before.modules)
+        if leak is not None:
+            found.append(leak)
+
+
+def _modules(before: Snapshot, found: List[Leak]) -> None:
+    if not _modules_unchanged(before):
+        _check_modules(before.modules, found)
+    else:
+        _modules_verified_equal(before.modules)
+
+
+_Check = Callable[[Snapshot, List[Leak], Optional[Callable[[], AbstractSet[str]]]], None]
+_CHECKS: Tuple[Tuple[str, _Check], ...] = (
+    ("a lowered recursion limit", lambda b, found, _: _check_recursion_limit(b.recursion, found)),
+    ("environment variables", lambda b, found, _: _check_env(b.env, found)),
+    ("sys.path", lambda b, found, _: _check_path(b, found) if sys.path != b.path else None),
+    ("sys.modules (replaced or removed modules, added non-modules)", lambda b, found, _: _modules(b, found)),
+    ("sys.stdout and sys.stderr",
+     lambda b, found, _: _check_streams(b.streams, found) if (sys.stdout, sys.stderr) != b.streams else None),
+    ("warnings filters", lambda b, found, _: _filters(b, found)),
+    ("global module and optimizer hooks", lambda b, found, _: _check_hooks(b.hooks, found)),
+    ("threads the test's own code started (daemon or not), not a library's",
+     lambda b, found, own_files: _check_threads(b.threads, found, own_files)),
+    ("torch function and dispatch modes left entered (a torch.device(...) context)",
+     lambda b, found, _: _check_modes(b.modes, found) if _modes() != b.modes else None),
+    ("child processes the test started in a session or process group of their own",
+     lambda b, found, _: _check_children(b.children, found)
+     if b.children is not None and _children() != b.children else None),
+    ("default process group (object, rank, size)", lambda b, found, _: _check_groups(b, found)),
+)
+# What is watched: every watcher's label, this host's (cudnn flags only where cudnn is present).
+WATCHED = tuple(label for label, _, _ in _SCALARS) + tuple(label for label, _ in _CHECKS)

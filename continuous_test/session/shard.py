@@ -75,6 +75,8 @@ __all__ = [
     "INVALID_SHARD",
     "BAD_DURATIONS",
     "SHARD_LINE",
+    "Kept",
+    "keep",
 ]
 
 DEFAULT_DURATIONS_FILE = ".ct_durations.json"
@@ -328,6 +330,29 @@ def split(tests: Sequence[T], world: Callable[[T], str], test_id: Callable[[T], 
     for key, unit in units.items():  # the runner's order within each shard
         shards[placed[key]].append(unit)
     return Split(shards)
+
+
+@dataclass
+class Kept(Generic[T]):
+    """What one shard keeps of the selection: its tests, in the selection's order, and the line that says so."""
+
+    tests: List[T]
+    line: str
+
+
+def keep(tests: Sequence[T], world: Callable[[T], str], test_id: Callable[[T], str], has_world: Callable[[T], bool],
+         chosen: Shard, durations: Durations) -> Kept[T]:
+    """Shard ``chosen`` of ``tests`` (:func:`split`) and its :data:`SHARD_LINE`; called by pytest's plugin and by
+    unittest's suite alike, so both runners cut and say the same."""
+    cut = split(tests, world, test_id, has_world, chosen.count, durations)
+    kept_ids = {id(test) for test in cut.tests(chosen.index)}
+    kept = [test for test in tests if id(test) in kept_ids]  # the order at hand (the loader's, a shuffled one)
+    seconds = cut.seconds()
+    line = SHARD_LINE.format(index=chosen.index, count=chosen.count, source=chosen.source, tests=len(kept),
+                             total=len(tests), units=len(cut.shards[chosen.index - 1]),
+                             all_units=sum(map(len, cut.shards)), seconds=seconds[chosen.index - 1],
+                             low=min(seconds), high=max(seconds))
+    return Kept(kept, line)
 
 
 def _tie(key: str) -> bytes:

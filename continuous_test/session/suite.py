@@ -100,15 +100,8 @@ def prepare(test: unittest.TestSuite, shared_world: Callable[[type], bool]) -> P
     line = None
     if chosen is not None:
         durations = shard.Durations.load(shard.durations_path(None, os.getcwd()))
-        cut = shard.split(cases, case_world, case_id, lambda case: shared_world(type(case)), chosen.count, durations)
-        kept = cut.tests(chosen.index)
-        seconds = cut.seconds()
-        line = shard.SHARD_LINE.format(index=chosen.index, count=chosen.count, source=chosen.source, tests=len(kept),
-                                       total=len(cases), units=len(cut.shards[chosen.index - 1]),
-                                       all_units=sum(map(len, cut.shards)), seconds=seconds[chosen.index - 1],
-                                       low=min(seconds), high=max(seconds))
-        kept_ids = {id(case) for case in kept}
-        cases = [case for case in cases if id(case) in kept_ids]  # the loader's order
+        kept = shard.keep(cases, case_world, case_id, lambda case: shared_world(type(case)), chosen, durations)
+        cases, line = kept.tests, kept.line
     prepared = Prepared(unittest.TestSuite(), line)
     if count == 1 and not fresh:
         prepared.suite.addTests(cases)
