@@ -56,6 +56,7 @@ import os
 from typing import Any, List, Optional
 
 import pytest
+from _pytest.unittest import TestCaseFunction as _TestCaseFunction
 
 from continuous_test.config import Overrides  # light: no torch
 from continuous_test.session import pytest_report, pytest_shards
