@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch_rpc_suite  # noqa: E402
-from torch.testing._internal.distributed.rpc.dist_autograd_test import DistAutogradTest  # noqa: E402
-from torch.testing._internal.distributed.rpc.rpc_test import RpcTest  # noqa: E402
 
-from continuous_test.torch_compat.rpc import needs_fresh_ranks  # noqa: E402
+with warnings.catch_warnings():  # torch's RPC tests use torch.jit.script at import: 363 deprecation warnings
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from torch.testing._internal.distributed.rpc.dist_autograd_test import DistAutogradTest  # noqa: E402
+    from torch.testing._internal.distributed.rpc.rpc_test import RpcTest  # noqa: E402
+
+    from continuous_test.torch_compat.rpc import needs_fresh_ranks  # noqa: E402
 
 
 def test_the_rule_picks_rref_users_default_groups_and_rank_enders_only():
