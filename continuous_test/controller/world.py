@@ -120,6 +120,8 @@ class TestPlan:
     leak_policy: str
     # Arguments of a @distributed function's call; None for unittest methods.
     kwargs: Optional[dict] = None
+    # Whether the test runs on a default group made again for it (continuous_test.fresh_worlds.fresh_group).
+    fresh_group: bool = False
 
     def short(self) -> str:
         """The test's name without its class, as the rerun-and-bisect note names it."""
@@ -318,6 +320,9 @@ class World:
         """Send the test of ``plan`` to every rank; returns its sequence number and when it was sent."""
         sent_at = time.monotonic()
         self._seq += 1
+        if plan.fresh_group:  # every rank destroys its groups and makes the default one again, on a new file
+            self._reinit_count += 1
+            self._reinit = self._reinit_count
         message = RunTest(plan.method, self._seq, self._reinit, plan.kwargs, plan.leak_policy)
         payload = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
         try:
