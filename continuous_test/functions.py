@@ -48,18 +48,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def distributed(world_size: Union[int, Sequence[int]] = 2, *, timeout: Optional[float] = None,
-                backend: Optional[str] = None) -> Callable[[F], F]:
+                backend: Optional[str] = None, world_scope: Optional[str] = None) -> Callable[[F], F]:
     """Decorator: run a pytest test function on every rank of the module's shared world.
 
     ``world_size=[1, 2, 4]`` runs it once per size, in each size's world, with the
-    ids ``test_x[ws1]``, ``test_x[ws2]``, ``test_x[ws4]``.
+    ids ``test_x[ws1]``, ``test_x[ws2]``, ``test_x[ws4]``.  ``world_scope``
+    ("class", "module", "session") is the hidden class's ``world_scope``
+    (docs/fresh-worlds.rst).
     """
+    if world_scope is not None:
+        config.parse_world_scope(world_scope, "@distributed(world_scope=...)")
     limit = None if timeout is None else config.parse_seconds(timeout, "timeout", "@distributed(timeout=...)")
     several = sizes.check(world_size, "@distributed(world_size=...)") if sizes.is_list(world_size) else None
 
     def decorate(fn: F) -> F:
         module = sys.modules[fn.__module__]
         classes = {size: _class_for(module, size, backend) for size in several or [int(world_size)]}  # type: ignore[arg-type]
+        if world_scope is not None:
+            for cls in classes.values():
+                cls.world_scope = world_scope  # type: ignore[attr-defined]
         # A function of several sizes is method test_x[wsN] of each size's class, as a class's test is.
         names = {size: sizes.name(fn.__name__, size) if several else fn.__name__ for size in classes}
         for size, cls in classes.items():

@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 import unittest
-from typing import Any, NoReturn
+from typing import Any, Dict, NoReturn, Tuple
 
 import torch
 
@@ -280,6 +280,7 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
         _wait_for_shutdown(channel, spec)
         return
     channel.send(Ready(spec.rank))
+    classes: Dict[Tuple[str, str], Any] = {}  # the other classes sharing this world (world_scope), by (module, qualname)
     while True:
         message = channel.receive(spec)
         if isinstance(message, Shutdown):
@@ -288,7 +289,13 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
             raise errors.ProtocolError(f"rank {spec.rank} got an unexpected {message!r}")
         if message.reinit is not None:
             _reinit_world(cls, spec, message.reinit)
-        outcome = run_one(cls, message, spec)
+        owner: Any = cls
+        if message.owner is not None:
+            owner = classes.get(message.owner[:2])
+            if owner is None:
+                owner = classes[message.owner[:2]] = import_test_class(*message.owner)
+            _share_world(cls, owner, spec)
+        outcome = run_one(owner, message, spec)
         channel.send(TestDone.of(spec.rank, message.seq, outcome))
     _leave_world()
 
@@ -390,6 +397,14 @@ def _join_world(cls: Any, spec: RankSpec, rendezvous_file: str) -> None:
         torch.accelerator.set_device_index(spec.rank)
     cls._init_pg(spec.rank, spec.world_size, rendezvous_file)
     remember_default_group()
+
+
+def _share_world(first: Any, cls: Any, spec: RankSpec) -> None:
+    """Give ``cls``, a class sharing the world ``first`` joined (world_scope), what its ``_init_pg`` would have set."""
+    cls.rank = spec.rank
+    set_world_size(cls, spec.world_size)
+    cls.pg = first.pg
+    cls.rdvz_file = first.rdvz_file
 
 
 def _reinit_world(cls: Any, spec: RankSpec, generation: int) -> None:
