@@ -103,3 +103,23 @@ def test_world_scope_precedence_and_errors():
 
     with pytest.raises(ConfigError, match=r"@distributed\(world_scope=...\) is 'y'"):
         distributed(world_scope="y")
+
+
+def test_classes_that_may_share_a_world_are_one_shard_unit():
+    from continuous_test.session.shard import world_of
+
+    class One:
+        world_scope = "module"
+
+    class Two:
+        world_scope = "module"
+
+    class Everywhere:
+        world_scope = "session"
+
+    class Own:
+        pass
+
+    assert world_of("a.py", One, "test_x") == world_of("a.py", Two, "test_y") != world_of("b.py", One, "test_x")
+    assert world_of("a.py", Everywhere, "test_x") == world_of("b.py", Everywhere, "test_y")
+    assert world_of("a.py", Own, "test_x") != world_of("a.py", One, "test_x")
