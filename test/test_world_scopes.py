@@ -81,6 +81,13 @@ def test_the_environment_or_pytest_sets_the_scope_of_classes_that_do_not(how, tm
 
 
 @pytest.mark.world
+def test_a_failure_is_bisected_over_the_tests_of_every_class_of_its_world(tmp_path):
+    proc = helpers.python(SCENARIO, env={"SCOPE_DIR": str(tmp_path), "SCOPE_POLLUTE": "1", **helpers.BISECT_ON})
+    assert unittest_counts(proc.stderr) == {"ran": 7, "failures": 1}, describe(proc)
+    assert "test_b1 fails only after test_a2; passes alone" in proc.stderr, describe(proc)
+
+
+@pytest.mark.world
 def test_a_bad_world_scope_fails_the_classes_tests_naming_it(tmp_path):
     proc = helpers.python(SCENARIO, env={"SCOPE_DIR": str(tmp_path), "SCOPE_BAD": "1"})
     assert unittest_counts(proc.stderr) == {"ran": 8, "errors": 1}, describe(proc)

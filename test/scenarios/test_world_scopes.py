@@ -6,7 +6,8 @@ Every test writes ``<class> <test> <rank> <pid>`` to ``$SCOPE_DIR/pids``; each c
 ``C_OwnInit`` (it overrides ``_init_pg``) and ``D_OtherTimeout`` (another group timeout)
 run in worlds of their own (each says why under ``-v``), and stops after ``E``, before
 ``F_Plain`` (``world_scope = "class"``) starts its own.
-``$SCOPE_ATTR`` replaces ``"module"`` (empty: unset).  ``$SCOPE_BAD=1`` adds ``BadScope``, whose ``world_scope`` is not a scope.
+``$SCOPE_ATTR`` replaces ``"module"`` (empty: unset).  ``$SCOPE_POLLUTE=1``: ``A.test_a2`` leaves state that fails ``B.test_b1``, a test of
+another class in the same world, which the rerun and bisect must name.  ``$SCOPE_BAD=1`` adds ``BadScope``, whose ``world_scope`` is not a scope.
 """
 import os
 from datetime import timedelta
@@ -17,6 +18,8 @@ import torch.distributed as dist
 from continuous_test import MultiProcContinuousTest, run_tests
 
 OUT = os.environ.get("SCOPE_DIR", "/tmp")
+POLLUTE = os.environ.get("SCOPE_POLLUTE") == "1"
+_polluted = []  # rank-local state A.test_a2 leaves behind when SCOPE_POLLUTE=1 (no leak check sees it)
 
 
 def _write(name, line):
@@ -60,11 +63,14 @@ class A(Shared):
 
     def test_a2(self):
         self._check("test_a2")
+        if POLLUTE:
+            _polluted.append("test_a2")
 
 
 class B(Shared):
     def test_b1(self):
         self._check("test_b1")
+        self.assertEqual(_polluted, [])  # fails after A.test_a2 under SCOPE_POLLUTE=1: in the same world
 
 
 class C_OwnInit(Shared):
