@@ -534,7 +534,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
 
     overrides = item.stash.get(_MARKED, None)
     ahead.set_pytest_next(_next_in_world(item, nextitem))
-    ahead.set_pytest_remaining((_test_class(item), lambda: _classes_after(item)))
+    ahead.set_pytest_remaining((_test_class(item), lambda: _classes_after(item, nextitem)))
     run_log.log().begin(item.nodeid)
     try:
         if overrides is None:
@@ -562,8 +562,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
 _ITEM_INDEX = pytest.StashKey[Dict[str, int]]()
 
 
-def _classes_after(item: pytest.Item) -> list:
-    """The distributed classes of the items this session runs after ``item`` (a shared world's users to come)."""
+def _classes_after(item: pytest.Item, nextitem: Optional[pytest.Item]) -> list:
+    """The distributed classes of the items this session runs after ``item`` (a shared world's users to come).
+
+    An xdist worker runs the items the controller hands it, not its whole list: only
+    the next one is known there.
+    """
+    if hasattr(item.config, "workerinput"):
+        following = _test_class(nextitem) if nextitem is not None else None
+        return [following] if following is not None else []
     items = item.session.items
     index = item.session.stash.get(_ITEM_INDEX, None)
     if index is None or len(index) != len(items):

@@ -87,6 +87,16 @@ def test_a_failure_is_bisected_over_the_tests_of_every_class_of_its_world(tmp_pa
     assert "test_b1 fails only after test_a2; passes alone" in proc.stderr, describe(proc)
 
 
+@pytest.mark.e2e
+def test_under_xdist_each_worker_shares_a_world_between_the_classes_it_runs_in_a_row(tmp_path):
+    # A worker knows only its next item: its world stops when that is of a class that does not share it.
+    proc = helpers.pytest(SCENARIO, "-n", "2", "--dist", "loadfile", env={"SCOPE_DIR": str(tmp_path)})
+    assert pytest_counts(proc.stdout) == {"passed": 7}, describe(proc)
+    pids = _pids(tmp_path)
+    for rank in (0, 1):  # A and B, run in a row, share; E, after C and D, starts the module's world again
+        assert pids["A"][rank] == pids["B"][rank] and pids["E"][rank] != pids["A"][rank], dict(pids)
+
+
 @pytest.mark.world
 def test_a_bad_world_scope_fails_the_classes_tests_naming_it(tmp_path):
     proc = helpers.python(SCENARIO, env={"SCOPE_DIR": str(tmp_path), "SCOPE_BAD": "1"})
