@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +38,14 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "benchmarks" / "scenarios"
 SYSTEMS = ("ours_module", "ours_class", "torch")
 MODES = ("plain", "fresh_group", "fresh_world")
+CAP = 600  # seconds a run may take before its process group is killed
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def run(scenario: str, env: Dict[str, str]) -> Dict[str, object]:
@@ -45,8 +54,17 @@ def run(scenario: str, env: Dict[str, str]) -> Dict[str, object]:
         pids = os.path.join(tmp, "pids")
         full = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_PIDS": pids, **env}
         began = time.monotonic()
-        proc = subprocess.run([sys.executable, scenario], cwd=SCENARIOS, env=full, capture_output=True, text=True)
+        child = subprocess.Popen([sys.executable, scenario], cwd=SCENARIOS, env=full, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = child.communicate(timeout=CAP)
+        except subprocess.TimeoutExpired:
+            _kill_group(child.pid)
+            out, err = child.communicate()
+            err += f"\n(killed at its cap of {CAP} s)"
         wall = time.monotonic() - began
+        _kill_group(child.pid)  # whatever it left behind
+        proc = subprocess.CompletedProcess(child.args, child.returncode, out, err)
         starts = None
         if os.path.exists(pids):
             with open(pids) as f:
