@@ -498,8 +498,6 @@ _WORLDS: Dict[Tuple[Any, Optional[int]], World] = {}
 _KEYS: Dict[Tuple[type, Optional[int]], Any] = {}
 # (scope, module, size) -> the world keys seen in it, each with the first class of its world.
 _SEEN: Dict[Tuple[Any, Optional[int]], Dict[Any, type]] = {}
-# Classes whose tearDownClass stopped (or left running) their shared world.
-_ENDED: set = set()
 # Seconds spent starting the worlds of each class in this process, all starts together
 # (continuous_test.session.shard charges them to the world, not to the test that started it).
 _START_SECONDS: Dict[type, float] = {}
@@ -552,12 +550,12 @@ def scope_key(cls: type, settings: config.ClassSettings) -> Any:
 def _say_why_own(cls: type, key: tuple, size: Optional[int]) -> None:
     """In verbose mode: why ``cls`` does not share the world of a class of its scope seen before it."""
     seen = _SEEN.setdefault((key[:3], size), {})
-    if key in seen:
-        return
     for other_key, other in list(seen.items()):
         if getattr(sys.modules.get(other.__module__), other.__qualname__, None) is not other:
             del seen[other_key]  # a class of an earlier run of its module (a run in this process before)
-            continue
+    if key in seen:
+        return
+    for other_key, other in seen.items():
         mine, theirs = key[3], other_key[3]
         what = next(name for name, a, b in zip(_SIGNATURE_PARTS, mine, theirs) if a != b)
         if what == "settings":
@@ -585,7 +583,6 @@ def world_for(cls: type, settings: config.ClassSettings, size: Optional[int] = N
             world = _WORLDS[(key, size)] = World(cls, settings)
         elif cls not in world.members:
             world.members.append(cls)
-        _ENDED.discard(cls)
         return world
     if world is None or world.settings != settings:
         if world is not None:
@@ -661,7 +658,6 @@ def stop_world(cls: type) -> None:
         if member is not cls or key is cls:
             continue
         world = _WORLDS.get((key, size))
-        _ENDED.add(cls)
         if world is None or _used_later(cls, key, size):
             continue
         del _WORLDS[(key, size)]
