@@ -140,3 +140,14 @@ def test_classes_that_may_share_a_world_are_one_shard_unit():
     assert world_of("a.py", One, "test_x") == world_of("a.py", Two, "test_y") != world_of("b.py", One, "test_x")
     assert world_of("a.py", Everywhere, "test_x") == world_of("b.py", Everywhere, "test_y")
     assert world_of("a.py", Own, "test_x") != world_of("a.py", One, "test_x")
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("scope", ["session", None])
+def test_distributed_functions_of_two_files_share_a_session_world(scope, tmp_path):
+    log = tmp_path / "pids"
+    env = {"PID_LOG": str(log), "SCOPED_FUNCTIONS": scope or ""}
+    proc = helpers.pytest("test_scoped_functions_a.py", "test_scoped_functions_b.py", env=env)
+    assert pytest_counts(proc.stdout) == {"passed": 2}, describe(proc)
+    worlds = {line.split(" ", 1)[1] for line in log.read_text().splitlines()}
+    assert len(worlds) == (1 if scope else 2), worlds
