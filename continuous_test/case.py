@@ -242,6 +242,10 @@ class MultiProcContinuousTest(TestCase):
     # What to do when a test leaves process-global state changed: "restore"
     # (None: CONTINUOUS_TEST_LEAKS or the default), "fail" or "off".
     leak_policy: Optional[str] = None
+    # How widely the world is shared: "class" (None: CONTINUOUS_TEST_WORLD_SCOPE or "class"),
+    # "module" or "session": classes of that scope with the same settings, _init_pg and
+    # opts share one world (docs/fresh-worlds.rst).
+    world_scope: Optional[str] = None
 
     # -- torch-compatible configuration hooks --------------------------------------
 

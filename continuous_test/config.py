@@ -94,6 +94,8 @@ __all__ = [
     "NO_DEVICES",
     "BACKEND_UNAVAILABLE",
     "BAD_START_METHOD",
+    "world_scope",
+    "WORLD_SCOPES",
     "DEFAULT_LEAK_POLICY",
     "DEFAULT_BISECT_BUDGET",
     "INVALID_POLICY",
@@ -602,6 +604,29 @@ def leak_policy(cls: type, method: Optional[Callable], env: Mapping[str, str] = 
     if policy is None and class_policy is not None:
         policy = parse_leak_policy(class_policy, f"{cls.__qualname__}.leak_policy")
     return policy or DEFAULT_LEAK_POLICY
+
+
+WORLD_SCOPES = ("class", "module", "session")
+BAD_WORLD_SCOPE = "{where} is {value!r}: expected one of class, module, session"
+
+
+def parse_world_scope(value: Any, where: str) -> str:
+    """Validate a world scope; raises ConfigError naming ``where`` (the class and attribute, or the variable)."""
+    scope = value.strip().lower() if isinstance(value, str) else None
+    if scope not in WORLD_SCOPES:
+        raise ConfigError(BAD_WORLD_SCOPE.format(where=where, value=value))
+    return scope
+
+
+def world_scope(cls: type, env: Mapping[str, str] = os.environ) -> str:
+    """How widely ``cls``'s world is shared: its ``world_scope``, else CONTINUOUS_TEST_WORLD_SCOPE, else "class"."""
+    value = getattr(cls, "world_scope", None)
+    if value is not None:
+        return parse_world_scope(value, f"{cls.__qualname__}.world_scope")
+    raw = env.get(_env.ENV_WORLD_SCOPE)
+    if raw is not None and raw.strip():
+        return parse_world_scope(raw, f"the {_env.ENV_WORLD_SCOPE} environment variable")
+    return "class"
 
 
 def parse_seed(value: Any, source: str) -> int:

@@ -27,6 +27,14 @@ is not rerun or bisected (there are no earlier tests in its world).  Under a
 launcher (torchrun, srun) the launch is the only world: such a test runs in it
 like any other.
 
+Fresh groups in warm ranks: ``@fresh_group`` and ``fresh_group_tests`` (the same
+forms) choose tests that need a pristine default group but not new processes.
+Before such a test every rank destroys the default group and every subgroup and
+makes the default group again (the class's ``_init_pg``) on a rendezvous file of
+its own, so the test sees sequence numbers at 0 and no subgroups, in the ranks
+that ran the tests before it.  Its leak check, rerun and bisect are those of any
+test of the shared world.
+
 What this module touches: nothing.  It reads the class's attributes and, for
 :func:`changes_its_world`, the test's source (``inspect.getsource``, once per
 function).  Stdlib only (a leaf).
@@ -43,10 +51,11 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Set, TypeV
 from continuous_test import sizes
 from continuous_test.errors import ConfigError
 
-__all__ = ["fresh_world", "changes_its_world", "either", "wanted", "FRESH_WORLD_ATTR", "BAD_FRESH_WORLD_TESTS",
-           "ONE_SHOT_FRESH_WORLD_TESTS"]
+__all__ = ["fresh_world", "fresh_group", "changes_its_world", "either", "wanted", "group_wanted", "FRESH_WORLD_ATTR",
+           "FRESH_GROUP_ATTR", "BAD_FRESH_WORLD_TESTS", "ONE_SHOT_FRESH_WORLD_TESTS"]
 
 FRESH_WORLD_ATTR = "__continuous_test_fresh_world__"
+FRESH_GROUP_ATTR = "__continuous_test_fresh_group__"
 BAD_FRESH_WORLD_TESTS = ("{where} must be test names or fnmatch patterns (str, or a list, set or dict of them), "
                          "or a callable rule(cls, name) -> bool such as continuous_test.changes_its_world; "
                          "got {value!r}")
@@ -70,6 +79,12 @@ def fresh_world(fn: F) -> F:
     return fn
 
 
+def fresh_group(fn: F) -> F:
+    """Decorator: this test runs in the class's warm ranks on a default group made again for it, and no subgroups."""
+    setattr(fn, FRESH_GROUP_ATTR, True)
+    return fn
+
+
 def either(*choices: Union[Rule, Iterable[str]]) -> Rule:
     """A rule that picks a test when any of ``choices`` (rules, or names and patterns) picks it."""
     rules = [_as_rule(choice, "each argument of either()") for choice in choices]
@@ -82,15 +97,28 @@ def wanted(cls: type, method: str) -> bool:
     Raises ConfigError naming the class when ``fresh_world_tests`` is neither
     names and patterns nor a rule.
     """
+    return _chosen(cls, method, FRESH_WORLD_ATTR, "fresh_world_tests")
+
+
+def group_wanted(cls: type, method: str) -> bool:
+    """Whether test ``method`` of ``cls`` runs on a fresh default group in the warm ranks (``@fresh_group``).
+
+    Raises ConfigError naming the class when ``fresh_group_tests`` is neither
+    names and patterns nor a rule.
+    """
+    return _chosen(cls, method, FRESH_GROUP_ATTR, "fresh_group_tests")
+
+
+def _chosen(cls: type, method: str, attr: str, choice_attr: str) -> bool:
     sized = sizes.parse(method)
     base = sized[0] if sized else method
     function = getattr(cls, method, None) or getattr(cls, base, None)
-    if any(getattr(f, FRESH_WORLD_ATTR, False) for f in _wrapped_chain(function)):
+    if any(getattr(f, attr, False) for f in _wrapped_chain(function)):
         return True
-    choice = getattr(cls, "fresh_world_tests", None)
+    choice = getattr(cls, choice_attr, None)
     if choice is None:
         return False
-    return bool(_as_rule(choice, f"{cls.__qualname__}.fresh_world_tests")(cls, base))
+    return bool(_as_rule(choice, f"{cls.__qualname__}.{choice_attr}")(cls, base))
 
 
 def _as_rule(choice: Any, where: str) -> Rule:

@@ -68,17 +68,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def distributed(world_size: Union[int, Sequence[int], None] = None, *, timeout: Optional[float] = None,
-                backend: Optional[str] = None) -> Callable[[F], F]:
+                backend: Optional[str] = None, world_scope: Optional[str] = None) -> Callable[[F], F]:
     """Decorator: run a pytest test function, or each test method of a plain pytest class, on every rank.
 
     ``world_size=[1, 2, 4]`` runs it once per size, in each size's world, with the
     ids ``test_x[ws1]``, ``test_x[ws2]``, ``test_x[ws4]``.  Left out: a class's own
     ``world_size`` attribute, else 2.  See docs/pytest-classes.rst for classes.
+    ``world_scope`` ("class", "module", "session") is the hidden classes'
+    ``world_scope`` (docs/fresh-worlds.rst).
     """
+    if world_scope is not None:
+        config.parse_world_scope(world_scope, "@distributed(world_scope=...)")
     if world_size is None:
         def decorate_default(fn: F) -> F:
             given = fn.__dict__.get("world_size", 2) if inspect.isclass(fn) else 2
-            return distributed(given, timeout=timeout, backend=backend)(fn)
+            return distributed(given, timeout=timeout, backend=backend, world_scope=world_scope)(fn)
 
         return decorate_default
     limit = None if timeout is None else config.parse_seconds(timeout, "timeout", "@distributed(timeout=...)")
@@ -86,14 +90,15 @@ def distributed(world_size: Union[int, Sequence[int], None] = None, *, timeout: 
 
     def decorate(fn: F) -> F:
         if inspect.isclass(fn):
-            return _distribute_class(fn, world_size, limit, backend)  # type: ignore[return-value]
-        return _distribute(fn, several or [int(world_size)], bool(several), limit, backend)  # type: ignore[arg-type]
+            return _distribute_class(fn, world_size, limit, backend, world_scope)  # type: ignore[return-value]
+        return _distribute(fn, several or [int(world_size)], bool(several), limit, backend,  # type: ignore[arg-type]
+                           world_scope=world_scope)
 
     return decorate
 
 
 def _distribute(fn: Callable, size_list: List[int], several: bool, limit: Optional[float], backend: Optional[str],
-                owner: Optional[type] = None) -> Any:
+                owner: Optional[type] = None, world_scope: Optional[str] = None) -> Any:
     """``fn`` as pytest calls it: each call runs ``fn`` on every rank of its size's world.
 
     ``owner`` is the plain pytest class ``fn`` is a method of (``self`` in a rank is a new
@@ -101,6 +106,9 @@ def _distribute(fn: Callable, size_list: List[int], several: bool, limit: Option
     """
     module = sys.modules[fn.__module__]
     classes = {size: _class_for(module, size, backend, owner) for size in size_list}
+    if world_scope is not None:
+        for cls in classes.values():
+            cls.world_scope = world_scope  # type: ignore[attr-defined]
     # A function of several sizes is method test_x[wsN] of each size's class, as a class's test is.
     names = {size: sizes.name(fn.__name__, size) if several else fn.__name__ for size in classes}
     for size, cls in classes.items():
@@ -126,7 +134,8 @@ def _distribute(fn: Callable, size_list: List[int], several: bool, limit: Option
     return run_everywhere
 
 
-def _distribute_class(cls: type, world_size: Any, limit: Optional[float], backend: Optional[str]) -> type:
+def _distribute_class(cls: type, world_size: Any, limit: Optional[float], backend: Optional[str],
+                      world_scope: Optional[str] = None) -> type:
     """``cls``, a plain pytest class, with each test method run on every rank (a method's world_size marker
     picks its own sizes): the class pytest collects, as the user wrote it otherwise."""
     import unittest
@@ -147,7 +156,8 @@ def _distribute_class(cls: type, world_size: Any, limit: Optional[float], backen
         found = True
         own = _marked_sizes(raw)
         chosen = own if own is not None else default
-        runs = _distribute(raw, chosen, len(chosen) > 1 or (own is None and several is not None), limit, backend, cls)
+        runs = _distribute(raw, chosen, len(chosen) > 1 or (own is None and several is not None), limit, backend, cls,
+                           world_scope)
         setattr(cls, name, runs)
     if not found:
         raise TypeError(NO_TEST_METHODS.format(cls=cls.__qualname__, prefix="test"))

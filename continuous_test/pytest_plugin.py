@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import pytest
 from _pytest.unittest import TestCaseFunction as _TestCaseFunction
@@ -108,6 +108,8 @@ SHARD_HELP = ("run shard I of N (I from 1) of the selected tests, whole worlds o
 DURATIONS_HELP = "durations file the shards are balanced on (default .ct_durations.json in the rootdir)"
 STORE_DURATIONS_HELP = "write this run's test and world-start durations to FILE (default: the durations file)"
 REPEAT_HELP = "run each selected test N times in its shared world (CONTINUOUS_TEST_REPEAT)"
+WORLD_SCOPE_HELP = ("share worlds across classes of a module or the session: class, module or session, for classes "
+                    "that set no world_scope (CONTINUOUS_TEST_WORLD_SCOPE)")
 REPEAT_FRESH_HELP = "with --ct-repeat, also run each test N times in fresh worlds (CONTINUOUS_TEST_REPEAT_FRESH=1)"
 
 
@@ -135,6 +137,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=REPEAT_FRESH_HELP)
     parser.addini("ct_timeout", TIMEOUT_HELP, default=None)
     parser.addini("ct_world_size", WORLD_SIZE_HELP, default=None)
+    group.addoption("--ct-world-scope", dest="ct_world_scope", default=None, metavar="SCOPE", help=WORLD_SCOPE_HELP)
+    parser.addini("ct_world_scope", WORLD_SCOPE_HELP, default=None)
 
 
 _OVERRIDES = pytest.StashKey[Overrides]()
@@ -289,10 +293,16 @@ def _configure_isolation(config: pytest.Config) -> None:
     import os
 
     from continuous_test import config as ct_config
-    from continuous_test.wire.env import ENV_BISECT, ENV_LEAKS, ENV_SHUFFLE
+    from continuous_test.wire.env import ENV_BISECT, ENV_LEAKS, ENV_SHUFFLE, ENV_WORLD_SCOPE
 
-    names = (ENV_LEAKS, ENV_BISECT, ENV_SHUFFLE)
+    names = (ENV_LEAKS, ENV_BISECT, ENV_SHUFFLE, ENV_WORLD_SCOPE)
     config.stash[_SAVED_ENV] = {name: os.environ.get(name) for name in names}
+    scope = config.getoption("ct_world_scope")
+    source = "the --ct-world-scope option"
+    if scope is None and config.getini("ct_world_scope"):
+        scope, source = config.getini("ct_world_scope"), "the ct_world_scope ini key"
+    if scope is not None:
+        os.environ[ENV_WORLD_SCOPE] = ct_config.parse_world_scope(scope, source)
 
     ct_config.set_cli_leaks(config.getoption("ct_leaks"))
     budget = config.getoption("ct_bisect")
@@ -550,6 +560,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
 
     overrides = item.stash.get(_MARKED, None)
     ahead.set_pytest_next(_next_in_world(item, nextitem))
+    ahead.set_pytest_remaining((_test_class(item), lambda: _classes_after(item, nextitem)))
     run_log.log().begin(item.nodeid)
     try:
         if overrides is None:
@@ -570,8 +581,31 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]):
 
             functions.use_pytest_id(None)
         ahead.set_pytest_next(None)
+        ahead.set_pytest_remaining(None)
         run_log.log().end(item.nodeid, item.stash.get(_OUTCOME, run_log.UNKNOWN))
         _stop_if_interrupted(item.session)
+
+
+_ITEM_INDEX = pytest.StashKey[Dict[str, int]]()
+
+
+def _classes_after(item: pytest.Item, nextitem: Optional[pytest.Item]) -> list:
+    """The distributed classes of the items this session runs after ``item`` (a shared world's users to come).
+
+    An xdist worker runs the items the controller hands it, not its whole list: only
+    the next one is known there.
+    """
+    if hasattr(item.config, "workerinput"):
+        following = _test_class(nextitem) if nextitem is not None else None
+        return [following] if following is not None else []
+    items = item.session.items
+    index = item.session.stash.get(_ITEM_INDEX, None)
+    if index is None or len(index) != len(items):
+        index = item.session.stash[_ITEM_INDEX] = {it.nodeid: i for i, it in enumerate(items)}
+    at = index.get(item.nodeid)
+    if at is None:
+        return []
+    return list(dict.fromkeys(c for c in map(_test_class, items[at + 1:]) if c is not None))
 
 
 def _stop_if_interrupted(session: pytest.Session) -> None:

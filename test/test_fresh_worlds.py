@@ -240,3 +240,62 @@ def test_a_world_of_its_own_has_no_leak_check_even_under_the_fail_policy(monkeyp
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+# -- fresh groups in warm ranks (@fresh_group, fresh_group_tests) ----------------------------------------------
+
+
+def _groups(out: Path) -> dict:
+    """test -> {rank: (pid, sequence number at its start, groups, rendezvous file)}, from the scenario's log."""
+    found: dict = collections.defaultdict(dict)
+    for line in (out / "groups").read_text().splitlines():
+        test, rank, pid, seq, groups, rendezvous = line.split()
+        found[test][int(rank)] = (int(pid), int(seq), int(groups), rendezvous)
+    return found
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("runner", ["python", "pytest"])
+def test_a_fresh_group_test_gets_a_new_default_group_in_the_same_ranks(runner, tmp_path):
+    env = {"FRESH_DIR": str(tmp_path), "CONTINUOUS_TEST_BISECT": "off"}
+    if runner == "python":
+        proc = helpers.python("test_fresh_groups.py", env=env)
+        assert unittest_counts(proc.stderr) == {"ran": 5, "errors": 1}, describe(proc)
+    else:
+        proc = helpers.pytest("test_fresh_groups.py", env=env)
+        assert pytest_counts(proc.stdout) == {"passed": 4, "failed": 1}, describe(proc)
+    assert "BadFreshGroupTest.fresh_group_tests must be test names or fnmatch patterns" in proc.stdout + proc.stderr
+    found = _groups(tmp_path)
+    for rank in (0, 1):
+        a, b, c, d = (found[t][rank] for t in ("test_a_makes_a_subgroup", "test_b_decorated", "test_c_by_pattern",
+                                               "test_d_shared"))
+        assert len({a[0], b[0], c[0], d[0]}) == 1, dict(found)  # the same ranks throughout
+        assert (b[1], b[2]) == (0, 1) and (c[1], c[2]) == (0, 1), dict(found)  # sequence 0, the default group only
+        assert d[1] > 0, dict(found)  # a plain test goes on with the group before it
+        assert len({a[3], b[3], c[3]}) == 3 and d[3] == c[3], dict(found)  # a rendezvous of its own each
+
+
+def test_fresh_group_is_chosen_like_fresh_world():
+    from continuous_test import fresh_group
+    from continuous_test.fresh_worlds import group_wanted
+
+    class Suite:
+        fresh_group_tests = ["test_p_*"]
+
+        @fresh_group
+        def test_decorated(self):
+            pass
+
+        def test_p_one(self):
+            pass
+
+        def test_plain(self):
+            pass
+
+    assert group_wanted(Suite, "test_decorated") and group_wanted(Suite, "test_p_one")
+    assert not group_wanted(Suite, "test_plain") and not wanted(Suite, "test_decorated")
+    Suite.fresh_group_tests = lambda cls, name: name == "test_plain"  # type: ignore[assignment]
+    assert group_wanted(Suite, "test_plain")
+    Suite.fresh_group_tests = 3  # type: ignore[assignment]
+    with pytest.raises(ConfigError, match="Suite.fresh_group_tests must be"):
+        group_wanted(Suite, "test_plain")

@@ -32,19 +32,21 @@ from __future__ import annotations
 import sys
 import unittest
 import unittest.suite
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from continuous_test import _role
 from continuous_test._role import RANK_CLASS_ATTR
 
 
-__all__ = ["next_in_suite", "set_pytest_next", "next_test"]
+__all__ = ["next_in_suite", "set_pytest_next", "next_test", "remaining_classes", "set_pytest_remaining"]
 
 _SUITE_RUN = unittest.suite.TestSuite.run.__code__
 # How far above the caller the suite's frame may be (subclasses' run() overrides add frames).
 _MAX_DEPTH = 10
 # Set by the pytest plugin while one item runs: (class, method, the next item's method).
 _pytest_next: Optional[Tuple[type, str, str]] = None
+# Set by the pytest plugin while one item runs: the classes of the items after it.
+_pytest_remaining: Optional[Tuple[Optional[type], Callable[[], List[Any]]]] = None
 
 
 def next_in_suite(case: unittest.TestCase) -> Optional[unittest.TestCase]:
@@ -76,6 +78,47 @@ def set_pytest_next(current: Optional[Tuple[type, str, str]]) -> None:
     """Set the hint for the pytest item running now, (class, method, next method), or clear it with None."""
     global _pytest_next
     _pytest_next = current
+
+
+def set_pytest_remaining(remaining: Optional[Tuple[Optional[type], Callable[[], List[Any]]]]) -> None:
+    """Set (the current item's class, what gives the classes of the items pytest runs after it), or clear it."""
+    global _pytest_remaining
+    _pytest_remaining = remaining
+
+
+def remaining_classes(cls: type) -> Optional[List[Any]]:
+    """The classes of the tests the runner has still to run after ``cls``'s, or None where it does not say.
+
+    A world that classes share (``world_scope``) stops after the last of them
+    (:func:`continuous_test.controller.world.stop_world`).  pytest: the items after
+    the current one (the plugin's ``pytest_runtest_protocol``).  unittest: the
+    tests left in every ``unittest.TestSuite`` running now, read from their frames
+    (entries already run are ``None``: the suite drops them).
+    """
+    if _pytest_remaining is not None and _pytest_remaining[0] is cls:
+        return _pytest_remaining[1]()
+    found: List[Any] = []
+    frame: Any = sys._getframe(1)
+    innermost = True
+    seen = False
+    while frame is not None:
+        if frame.f_code is _SUITE_RUN:
+            scope = frame.f_locals
+            tests, index = getattr(scope.get("self"), "_tests", None), scope.get("index")
+            if isinstance(tests, list) and isinstance(index, int):
+                seen = True
+                _flatten(tests[index if innermost else index + 1:], found)
+            innermost = False
+        frame = frame.f_back
+    return found if seen else None
+
+
+def _flatten(tests: Any, found: List[Any]) -> None:
+    for test in tests:
+        if isinstance(test, unittest.TestSuite):
+            _flatten(getattr(test, "_tests", ()), found)
+        elif isinstance(test, unittest.TestCase) and type(test) not in found:
+            found.append(type(test))
 
 
 def next_test(case: unittest.TestCase) -> Optional[str]:

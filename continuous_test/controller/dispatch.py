@@ -39,7 +39,8 @@ __all__ = ["run", "function_verdict", "plan", "run_settings", "stop_class"]
 def plan(cls: type, method: str, test_id: str, kwargs: Optional[dict] = None) -> TestPlan:
     """Resolve one test's own settings; raises ConfigError naming a bad one."""
     function = getattr(cls, method, None)
-    return TestPlan(method, test_id, config.test_time_limit(cls, function), config.leak_policy(cls, function), kwargs)
+    return TestPlan(method, test_id, config.test_time_limit(cls, function), config.leak_policy(cls, function), kwargs,
+                    fresh_group=fresh_worlds.group_wanted(cls, method), cls=cls)
 
 
 def run_settings() -> bool:

@@ -148,6 +148,12 @@ def for_test(test: str, limit: float, ranks: Iterable[Any], start: Optional[floa
     return Progress(test, limit, {h.rank: h for h in ranks}, beat, live, _where.emit or _stderr, start)
 
 
+def say_verbose(text: str) -> None:
+    """In verbose mode only, one line where progress lines go (a world's choice: why a class has one of its own)."""
+    if _where.verbose:
+        (_where.emit or _stderr)(text, True)
+
+
 def note_waiting() -> Optional[Callable[[str], None]]:
     """Where a world waiting for devices says what it waits for (:mod:`continuous_test.controller.devices`):
     heartbeat lines, printed as the heartbeats of a running test are; None when those are off."""

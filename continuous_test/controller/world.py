@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import enum
 import pickle
 import shutil
@@ -120,6 +121,10 @@ class TestPlan:
     leak_policy: str
     # Arguments of a @distributed function's call; None for unittest methods.
     kwargs: Optional[dict] = None
+    # Whether the test runs on a default group made again for it (continuous_test.fresh_worlds.fresh_group).
+    fresh_group: bool = False
+    # The test's class, where it may differ from its world's first class (a world_scope of module or session).
+    cls: Optional[type] = None
 
     def short(self) -> str:
         """The test's name without its class, as the rerun-and-bisect note names it."""
@@ -168,6 +173,8 @@ class World:
         # The devices the running ranks use (continuous_test.controller.devices), held from
         # start() until the ranks are killed.
         self.lease: Optional[devices.Lease] = None
+        # The classes whose tests ran in this world (one, unless its world_scope is module or session).
+        self.members: List[type] = [cls]
 
     def _require(self, action: str, *wanted: WorldState) -> None:
         if self.state not in wanted:
@@ -318,7 +325,13 @@ class World:
         """Send the test of ``plan`` to every rank; returns its sequence number and when it was sent."""
         sent_at = time.monotonic()
         self._seq += 1
-        message = RunTest(plan.method, self._seq, self._reinit, plan.kwargs, plan.leak_policy)
+        if plan.fresh_group:  # every rank destroys its groups and makes the default one again, on a new file
+            self._reinit_count += 1
+            self._reinit = self._reinit_count
+        owner = None
+        if plan.cls is not None and plan.cls is not self.cls:  # a class sharing this world (world_scope)
+            owner = (plan.cls.__module__, plan.cls.__qualname__, _module_file(plan.cls))
+        message = RunTest(plan.method, self._seq, self._reinit, plan.kwargs, plan.leak_policy, owner)
         payload = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
         try:
             for handle in self.ranks:
@@ -447,6 +460,10 @@ class World:
                                                 cls=world_name(self.cls), seconds=self.shutdown_timeout) + "\n")
 
 
+def _module_file(cls: type) -> Optional[str]:
+    return getattr(sys.modules.get(cls.__module__), "__file__", None)
+
+
 def _send_bytes(handle: RankProcess, payload: bytes) -> None:
     try:
         handle.conn.send_bytes(payload)
@@ -473,9 +490,14 @@ def _with_details(text: str, tb: Optional[str], rank: int, output: str) -> str:
 
 # -- registry -----------------------------------------------------------------------
 
-# (class, size): a class with several sizes (continuous_test.sizes) has a world per
-# size; None for a class of one size.
-_WORLDS: Dict[Tuple[type, Optional[int]], World] = {}
+# (world key, size): the key is the test class itself for a world of its class, or a
+# scope key (_scope_key) that the classes sharing a module's or session's world have in
+# common; size is None for a class of one size.
+_WORLDS: Dict[Tuple[Any, Optional[int]], World] = {}
+# (class, size) -> its world key, resolved when its world first started.
+_KEYS: Dict[Tuple[type, Optional[int]], Any] = {}
+# (scope, module, size) -> the world keys seen in it, each with the first class of its world.
+_SEEN: Dict[Tuple[Any, Optional[int]], Dict[Any, type]] = {}
 # Seconds spent starting the worlds of each class in this process, all starts together
 # (continuous_test.session.shard charges them to the world, not to the test that started it).
 _START_SECONDS: Dict[type, float] = {}
@@ -483,6 +505,11 @@ _START_SECONDS: Dict[type, float] = {}
 
 # Classes whose worlds each run one test now (continuous_test.session.repeat's fresh runs).
 _ONE_TEST: set = set()
+
+OWN_WORLD_NOTE = ("continuous_test: {cls} keeps a world of its own (world_scope = {scope!r}): its {what} "
+                  "differs from {other}'s")
+# The parts of a scope key's signature, as OWN_WORLD_NOTE names them.
+_SIGNATURE_PARTS = ("settings", "_init_pg", "opts()", "process-group timeout")
 
 
 @contextlib.contextmanager
@@ -500,13 +527,67 @@ def start_seconds(cls: type) -> float:
     return _START_SECONDS.get(cls, 0.0)
 
 
+def _function(cls: type, name: str) -> Any:
+    value = getattr(cls, name, None)
+    return getattr(value, "__func__", value)
+
+
+def _signature(cls: type, settings: config.ClassSettings) -> tuple:
+    """What classes sharing a world must have in common: settings, ``_init_pg``, ``opts``, the group's timeout."""
+    return (dataclasses.replace(settings, qualname=""), _function(cls, "_init_pg"), _function(cls, "opts"),
+            getattr(cls, "timeout", None))
+
+
+def scope_key(cls: type, settings: config.ClassSettings) -> Any:
+    """The key of the world ``cls`` runs in: ``cls`` itself, or what the classes sharing its scope's world have
+    in common (ConfigError names a bad ``world_scope``)."""
+    scope = config.world_scope(cls)
+    if scope == "class" or cls in _ONE_TEST:
+        return cls
+    return ("scope", scope, cls.__module__ if scope == "module" else None, _signature(cls, settings))
+
+
+def _say_why_own(cls: type, key: tuple, size: Optional[int]) -> None:
+    """In verbose mode: why ``cls`` does not share the world of a class of its scope seen before it."""
+    seen = _SEEN.setdefault((key[:3], size), {})
+    for other_key, other in list(seen.items()):
+        if getattr(sys.modules.get(other.__module__), other.__qualname__, None) is not other:
+            del seen[other_key]  # a class of an earlier run of its module (a run in this process before)
+    if key in seen:
+        return
+    for other_key, other in seen.items():
+        mine, theirs = key[3], other_key[3]
+        what = next(name for name, a, b in zip(_SIGNATURE_PARTS, mine, theirs) if a != b)
+        if what == "settings":
+            what = ", ".join(f.name for f in dataclasses.fields(mine)
+                             if getattr(mine, f.name) != getattr(theirs, f.name)) + " setting"
+        progress.say_verbose(OWN_WORLD_NOTE.format(cls=world_name(cls), scope=key[1], what=what,
+                                                   other=world_name(other)))
+        break
+    seen[key] = cls
+
+
 def world_for(cls: type, settings: config.ClassSettings, size: Optional[int] = None) -> World:
-    """The world of ``cls`` (at ``size``), created on first use; one with other settings is stopped and replaced."""
-    world = _WORLDS.get((cls, size))
+    """The world of ``cls`` (at ``size``), created on first use; one with other settings is stopped and replaced.
+
+    A class whose ``world_scope`` is ``module`` or ``session`` joins the world of
+    the classes of its scope whose settings, ``_init_pg``, ``opts`` and group
+    timeout are its own, if one runs.
+    """
+    key = scope_key(cls, settings)
+    _KEYS[(cls, size)] = key
+    world = _WORLDS.get((key, size))
+    if key is not cls:
+        if world is None:
+            _say_why_own(cls, key, size)
+            world = _WORLDS[(key, size)] = World(cls, settings)
+        elif cls not in world.members:
+            world.members.append(cls)
+        return world
     if world is None or world.settings != settings:
         if world is not None:
             world.stop()
-        world = _WORLDS[(cls, size)] = World(cls, settings)
+        world = _WORLDS[(key, size)] = World(cls, settings)
     return world
 
 
@@ -532,7 +613,8 @@ def start_world_for(cls: type, size: Optional[int] = None) -> World:
     timeout, by a signal handler) is the running test's, and the next test starts the
     world again.
     """
-    world = _WORLDS.get((cls, size))
+    key = _KEYS.get((cls, size))
+    world = _WORLDS.get((key, size)) if key is not None else None
     if world is not None and world.state is WorldState.READY:
         return world  # checked when it started
     world = world_for(cls, config.resolve(cls, size), size)
@@ -563,19 +645,59 @@ def _again(error: BaseException, cls: type) -> BaseException:
 
 
 def stop_world(cls: type) -> None:
-    """Stop the worlds of ``cls`` (one per size), if it has any; raises RankDiedError if a rank died outside a test."""
+    """Stop the worlds of ``cls`` (one per size), if it has any; raises RankDiedError if a rank died outside a test.
+
+    A world ``cls`` shares with other classes (``world_scope``) is left running
+    while a test the runner has still to run (:func:`continuous_test.controller.ahead.remaining_classes`)
+    is of a class that would run in it; it stops after the last of them.
+    """
     deaths: List[str] = []
     for key in [key for key in _WORLDS if key[0] is cls]:
         deaths += [d.describe(cls) for d in _WORLDS.pop(key).stop()]
+    for (member, size), key in list(_KEYS.items()):
+        if member is not cls or key is cls:
+            continue
+        world = _WORLDS.get((key, size))
+        if world is None or _used_later(cls, key, size):
+            continue
+        del _WORLDS[(key, size)]
+        for ended in world.members:
+            _KEYS.pop((ended, size), None)
+        deaths += [d.describe(world.cls) for d in world.stop()]
     if deaths:
         raise RankDiedError("\n".join(deaths))
+
+
+def _used_later(cls: type, key: Any, size: Optional[int]) -> bool:
+    """Whether a test the runner has still to run is of a class, other than ``cls``, that runs in world ``key``."""
+    from continuous_test.controller import ahead
+
+    later = ahead.remaining_classes(cls)
+    if later is None:  # the runner does not say: the world stops with the class, as a class's own does
+        return False
+    for other in later:
+        if other is cls or not isinstance(other, type):
+            continue
+        known = _KEYS.get((other, size))
+        if known is None:
+            try:
+                known = scope_key(other, config.resolve(other, size, check_importable=False))
+            except Exception:  # noqa: BLE001 - a class that cannot start shares no world; its tests say why
+                continue
+        if known == key:
+            return True
+    return False
 
 
 @atexit.register
 def stop_all() -> None:
     """Stop every world; runs at interpreter exit so no rank outlives the controller."""
-    for cls in list(dict.fromkeys(key[0] for key in _WORLDS)):
-        try:
-            stop_world(cls)
-        except RankDiedError as exc:
-            sys.stderr.write(f"continuous_test: {exc}\n")
+    for key in list(_WORLDS):
+        world = _WORLDS.pop(key, None)
+        if world is None:
+            continue
+        deaths = world.stop()
+        if deaths:
+            text = "\n".join(d.describe(world.cls) for d in deaths)
+            sys.stderr.write(f"continuous_test: {text}\n")
+    _KEYS.clear()

@@ -23,8 +23,9 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import unittest
-from typing import Any, NoReturn
+from typing import Any, Dict, Iterable, List, NoReturn, Tuple
 
 import torch
 
@@ -35,6 +36,7 @@ from continuous_test.rank import coverage as rank_coverage, recorder
 from continuous_test.rank.run import (
     LIBC,
     flush_output,
+    forget_default_group,
     forget_inherited_cleanup,
     format_stacks,
     import_test_class,
@@ -280,6 +282,7 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
         _wait_for_shutdown(channel, spec)
         return
     channel.send(Ready(spec.rank))
+    classes: Dict[Tuple[str, str], Any] = {}  # the other classes sharing this world (world_scope), by (module, qualname)
     while True:
         message = channel.receive(spec)
         if isinstance(message, Shutdown):
@@ -287,8 +290,14 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
         if not isinstance(message, RunTest):
             raise errors.ProtocolError(f"rank {spec.rank} got an unexpected {message!r}")
         if message.reinit is not None:
-            _reinit_world(cls, spec, message.reinit)
-        outcome = run_one(cls, message, spec)
+            _reinit_world(cls, spec, message.reinit, classes.values())
+        owner: Any = cls
+        if message.owner is not None:
+            owner = classes.get(message.owner[:2])
+            if owner is None:
+                owner = classes[message.owner[:2]] = import_test_class(*message.owner)
+            _share_world(cls, owner, spec)
+        outcome = run_one(owner, message, spec)
         channel.send(TestDone.of(spec.rank, message.seq, outcome))
     _leave_world()
 
@@ -304,6 +313,7 @@ def _wait_for_shutdown(channel: _Channel, spec: RankSpec) -> None:
 def _leave_world() -> None:
     import torch.distributed as dist
 
+    _join_releases()
     try:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -393,12 +403,52 @@ def _join_world(cls: Any, spec: RankSpec, rendezvous_file: str) -> None:
     remember_default_group()
 
 
-def _reinit_world(cls: Any, spec: RankSpec, generation: int) -> None:
-    import torch.distributed as dist
+def _share_world(first: Any, cls: Any, spec: RankSpec) -> None:
+    """Give ``cls``, a class sharing the world ``first`` joined (world_scope), what its ``_init_pg`` would have set."""
+    cls.rank = spec.rank
+    set_world_size(cls, spec.world_size)
+    cls.pg = first.pg
+    cls.rdvz_file = first.rdvz_file
 
+
+def _reinit_world(cls: Any, spec: RankSpec, generation: int, sharing: Iterable[Any] = ()) -> None:
+    """Destroy every group and make the default group again on rendezvous file ``<rendezvous>.<generation>``.
+
+    The destroyed groups' objects end on a thread of their own (:func:`_release`):
+    torch has forgotten them, and ending one (its backend's threads and
+    connections) took 20 ms for a gloo group here, which the test need not wait for.
+    """
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    destroyed = list(c10d._world.pg_names)
     if dist.is_initialized():
         dist.destroy_process_group()
+    for holder in (cls, *sharing):  # the harness's own references to the old group: the thread drops the last
+        if getattr(holder, "pg", None) in destroyed:
+            holder.pg = None
+    forget_default_group()
+    _release(destroyed)
     path = f"{spec.rendezvous_file}.{generation}"
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
     cls._init_pg(spec.rank, spec.world_size, path)
     remember_default_group()
+
+
+# Threads ending destroyed groups' objects (_reinit_world); joined before the rank leaves.
+_RELEASING: List[threading.Thread] = []
+RELEASE_JOIN_SECONDS = 10.0
+
+
+def _release(groups: List[Any]) -> None:
+    """Drop the last references to ``groups`` on a daemon thread (their destructors release the GIL)."""
+    _RELEASING[:] = [t for t in _RELEASING if t.is_alive()]
+    thread = threading.Thread(target=groups.clear, name="continuous_test-release-groups", daemon=True)
+    thread.start()
+    _RELEASING.append(thread)
+
+
+def _join_releases() -> None:
+    deadline = time.monotonic() + RELEASE_JOIN_SECONDS
+    for thread in _RELEASING:
+        thread.join(max(0.0, deadline - time.monotonic()))

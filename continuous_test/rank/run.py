@@ -195,6 +195,12 @@ def remember_default_group() -> None:
     _expected_group = c10d._get_default_group() if c10d.is_initialized() else _NO_GROUP
 
 
+def forget_default_group() -> None:
+    """Drop the reference to the group joined (it was destroyed; a new one is remembered next)."""
+    global _expected_group
+    _expected_group = None
+
+
 def default_group_changed() -> bool:
     """True if the default group was destroyed, or replaced by another one, since it was joined."""
     import torch.distributed as dist

@@ -53,7 +53,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-from continuous_test.config import digits
+from continuous_test.config import digits, world_scope
 from continuous_test.errors import ConfigError
 from continuous_test.wire import files
 from continuous_test.wire.env import ENV_DURATIONS, ENV_SHARD
@@ -161,11 +161,19 @@ def world_of(path: str, cls: Optional[type], name: str, world_size: Optional[int
     ``path`` is the test file (relative, as in node ids), ``cls`` the test's class
     (a ``@distributed`` function's hidden class, one per module and world size), or
     None for a plain function, which is a unit of its own; ``world_size`` is for a
-    test whose world size is one of its parameters (each size its own world).
+    test whose world size is one of its parameters (each size its own world).  The
+    classes of a module (or of the run) whose ``world_scope`` lets them share a world
+    are one unit, whichever of them share it.
     """
     if cls is None:
         return f"{path}::{name}"
-    world = f"{path}::{cls.__qualname__}"
+    try:
+        scope = world_scope(cls)
+    except ConfigError:  # its tests fail naming the attribute, wherever they run
+        scope = "class"
+    # Classes that may share a world (world_scope) are one unit: their module's, or the session's.
+    world = {"class": f"{path}::{cls.__qualname__}", "module": f"{path}::<world_scope module>",
+             "session": "<world_scope session>"}[scope]
     return world if world_size is None else f"{world}[ws{world_size}]"
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "ENV_SHARD",
     "ENV_DURATIONS",
     "ENV_REPEAT",
+    "ENV_WORLD_SCOPE",
     "ENV_REPEAT_FRESH",
     "ENV_LIVE_OUTPUT",
     "ENV_RECORD",
@@ -84,6 +85,8 @@ ENV_DEVICE_DIR = "CONTINUOUS_TEST_DEVICE_DIR"
 ENV_SHARD = "CONTINUOUS_TEST_SHARD"
 ENV_DURATIONS = "CONTINUOUS_TEST_DURATIONS"
 ENV_REPEAT = "CONTINUOUS_TEST_REPEAT"
+# World scopes (docs/fresh-worlds.rst): class, module or session, for classes that do not set world_scope.
+ENV_WORLD_SCOPE = "CONTINUOUS_TEST_WORLD_SCOPE"
 # On/off switches, all read by parse_switch.
 ENV_AHEAD = "CONTINUOUS_TEST_AHEAD"
 ENV_LIVE_OUTPUT = "CONTINUOUS_TEST_LIVE_OUTPUT"

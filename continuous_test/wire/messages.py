@@ -17,7 +17,7 @@ import enum
 import os
 import pickle
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from continuous_test.wire.outcome import ErrorRecord, Event, EventKind, RankOutcome
 
@@ -105,6 +105,9 @@ class RunTest:
     kwargs: Optional[dict] = None
     # The test's leak policy (restore, fail, off), resolved by the controller.
     leak_policy: str = "restore"
+    # (module, qualname, module file) of the test's class where it is not the world's first class
+    # (classes sharing a world: world_scope); None: the class the rank started with.
+    owner: Optional[Tuple[str, str, Optional[str]]] = None
 
 
 @dataclass(frozen=True)
