@@ -7,7 +7,6 @@ Slurm's default, derived from the job and the step.
 from __future__ import annotations
 
 import re
-import sys
 from typing import Iterator
 
 import helpers
@@ -41,7 +40,7 @@ def slurm(cluster: Cluster, *args: str):
 
 
 def test_a_two_node_step_runs_the_scenario(cluster):
-    proc = slurm(cluster, "srun", "--time=1", "-N", "2", "-n", "4", sys.executable, "test_multinode.py", "-v")
+    proc = slurm(cluster, "srun", "--time=1", "-N", "2", "-n", "4", helpers.interpreter(), "test_multinode.py", "-v")
     out = proc.stderr
     assert proc.returncode == 1, describe(proc)  # rank 3 fails on purpose
     assert out.count("Ran 3 tests") == 1, describe(proc)
@@ -52,7 +51,7 @@ def test_a_two_node_step_runs_the_scenario(cluster):
 
 
 def test_two_concurrent_steps_of_one_allocation_run_side_by_side(cluster, tmp_path):
-    step = f"srun --overlap -N 2 -n 2 {sys.executable} test_launched_faults.py -v BreaksTheWorld.test_a_healthy"
+    step = f"srun --overlap -N 2 -n 2 {helpers.interpreter()} test_launched_faults.py -v BreaksTheWorld.test_a_healthy"
     script = f"{step} > {tmp_path}/1.out 2>&1 & {step} > {tmp_path}/2.out 2>&1 & wait"
     proc = slurm(cluster, "salloc", "--time=1", "-N", "2", "-n", "4", "bash", "-c", script)
     outputs = [(tmp_path / f"{i}.out").read_text() for i in (1, 2)]
@@ -66,7 +65,7 @@ def test_a_job_array_runs_disjoint_shards_whose_union_is_the_file(cluster, tmp_p
     whole = helpers.python("test_shard.py", "-v", env=env)
     env["CONTINUOUS_TEST_SHARD"] = "slurm"  # shard by the array: asked, never by the array's variables alone
     proc = cluster.client(["timeout", str(STEP_TIMEOUT), "sbatch", "--wait", "--array=0-2", "--time=1",
-                           f"--output={tmp_path}/%a.out", "--wrap", f"{sys.executable} test_shard.py -v"],
+                           f"--output={tmp_path}/%a.out", "--wrap", f"{helpers.interpreter()} test_shard.py -v"],
                           helpers.scenario_env(env), STEP_TIMEOUT + 5, cwd=helpers.SCENARIOS)
     outputs = [(tmp_path / f"{i}.out").read_text() for i in range(3)]
     assert proc.returncode == 0, describe(proc) + "\n".join(outputs)
