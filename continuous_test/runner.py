@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from continuous_test import config, session, sizes
 from continuous_test._role import rank_class_of
-from continuous_test.session import shuffle
+from continuous_test.session import shuffle, unittest_program
 from continuous_test._launch import detect, export_env
 from continuous_test.wire.env import ENV_REPORT, ENV_REPORT_HTML
 
@@ -161,14 +161,6 @@ def _recorded(result: unittest.TestResult, test: unittest.TestCase) -> bool:
     return any(entry[0] is test for entry in listed) or test in result.unexpectedSuccesses
 
 
-class _SilentRunner(ContinuousTestRunner):
-    """The runner of launched ranks other than 0: rank 0 prints the merged report."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs["stream"] = open(os.devnull, "w")
-        super().__init__(*args, **kwargs)
-
-
 class _Loader(unittest.TestLoader):
     """unittest's loader, but the unsized name of a sized test (``Class.test_x`` of ``world_size = [1, 2]``)
     loads it at every size; unittest's own loader (``python -m unittest``) names the sized names instead."""
@@ -200,7 +192,7 @@ def run_tests(argv: Optional[List[str]] = None, module: str = "__main__") -> Non
     export_env(launch)
     silent = launch.is_launcher and launch.rank != 0
     session.tests_loaded(_runs_in_ranks(sys.modules.get(module)))  # the rank template, before any test ran
-    runner = _SilentRunner if silent else ContinuousTestRunner
+    runner = unittest_program.quiet(ContinuousTestRunner) if silent else ContinuousTestRunner  # rank 0 prints
     # Checked and made absolute now: a bad path is a usage error before any test runs, and a test
     # that changes the working directory does not move the report.
     reports = {} if silent else _report_paths()

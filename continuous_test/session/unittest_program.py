@@ -101,19 +101,36 @@ def _repeat_summary(program: Any, prepared: Any, quiet: bool) -> None:
         print("\n".join(tally.summary()), file=sys.stderr, flush=True)
 
 
+QUIET_ATTR = "_ct_quiet"  # on a runner class that quiet() made
+
+
+def quiet(runner: type) -> type:
+    """``runner``, a unittest runner class, writing its report nowhere: the runner of a launched rank other
+    than 0, whose report rank 0 prints merged.  The one answer for ``run_tests()`` and unittest's own program
+    (:func:`_quiet_runner`).  A runner that takes no ``stream`` prints as it would."""
+    if getattr(runner, QUIET_ATTR, False):
+        return runner
+
+    class Quiet(runner):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            stream = open(os.devnull, "w")
+            try:
+                super().__init__(*args, **{**kwargs, "stream": stream})
+            except TypeError:  # no stream argument (or another one that unittest's program tries without)
+                stream.close()
+                super().__init__(*args, **kwargs)
+
+    Quiet.__name__ = Quiet.__qualname__ = f"Quiet{runner.__name__}"
+    setattr(Quiet, QUIET_ATTR, True)
+    return Quiet
+
+
 def _quiet_runner(program: Any) -> None:
     """Make ``program``'s test runner write its report nowhere (a launched rank other than 0)."""
-    devnull = open(os.devnull, "w")
     runner = program.testRunner
     if runner is None:
         runner = unittest.TextTestRunner
     if isinstance(runner, type):
-        kwargs = {name: getattr(program, name) for name in ("verbosity", "failfast", "buffer", "warnings", "tb_locals")
-                  if hasattr(program, name)}
-        try:
-            program.testRunner = runner(stream=devnull, **kwargs)
-        except TypeError:  # a runner that takes other arguments: left as it is
-            devnull.close()
+        program.testRunner = quiet(runner)
     elif hasattr(runner, "stream"):
-        runner.stream = unittest.runner._WritelnDecorator(devnull)
-
+        runner.stream = unittest.runner._WritelnDecorator(open(os.devnull, "w"))
