@@ -25,9 +25,9 @@ class HermeticRpcTest(RpcWorld):
         self.assertEqual(rpc.rpc_sync(f"worker{1 - self.rank}", torch.add, args=(torch.ones(1), 1)), torch.ones(1) * 2)
         sockets = listening_sockets([rpc.rpc_sync(f"worker{r}", pid) for r in range(self.world_size)])
         print("rpc listening:", sockets)
+        rpc.shutdown()  # graceful, so first: no rank's failed check ends its agent while a peer still calls it
         self.assertTrue(sockets, "TensorPipe should listen somewhere")
         self.assertEqual([s for s in sockets if not is_loopback(s[1])], [])
-        rpc.shutdown()
 
     def test_2_ranks_leave_early(self):
         # As torch's test_local_shutdown: each rank ends its agent without waiting for the others
@@ -40,8 +40,8 @@ class HermeticRpcTest(RpcWorld):
         self.start_rpc()
         sockets = listening_sockets([rpc.rpc_sync(f"worker{r}", pid) for r in range(self.world_size)])
         print("listening after an early leave:", sockets)
+        rpc.shutdown()  # graceful, so first (see test_1)
         self.assertEqual([s for s in sockets if not is_loopback(s[1])], [])
-        rpc.shutdown()
 
     def test_4_tensorpipe_interface_is_loopback_unless_configured(self):
         self.assertEqual(os.environ["TP_SOCKET_IFNAME"], os.environ.get("EXPECTED_TP_IFNAME", "lo"))
