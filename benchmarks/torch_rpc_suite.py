@@ -45,6 +45,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from torch_suite import Run, case_verdict, report  # the sibling script: one run record, verdict and table
+
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "examples" / "test_torch_rpc_suite.py"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -163,7 +165,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if earlier is not None:
         wanted = set(ids) if ids is not None else None
         runs = {"torch": earlier.only(wanted), **runs}
-    report(runs)
+    report(runs, width=80)
     payload = {"cpus": os.cpu_count(), "selection": args.subset or ("all" if args.all else f"-k {args.expr}"),
                "runs": {engine: run.as_json() for engine, run in runs.items()}}
     if args.torch_from is not None:
@@ -181,36 +183,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         VERDICTS.write_text(json.dumps({"torch_verdicts": recorded}, indent=1, sort_keys=True) + "\n")
         print(f"torch's verdicts recorded: {VERDICTS}")
     return 0 if all(run.tests for run in runs.values()) else 1
-
-
-class Run:
-    """One engine's runs (one pytest process per agent): per test (verdict, seconds), and the summed wall time."""
-
-    def __init__(self, engine: str, tests: Dict[str, Tuple[str, float]], wall: float, returncode: int,
-                 messages: Optional[Dict[str, str]] = None) -> None:
-        self.engine, self.tests, self.wall, self.returncode = engine, tests, wall, returncode
-        self.messages = messages or {}  # test -> the first line of its failure or error
-
-    @classmethod
-    def from_json(cls, engine: str, data: dict) -> "Run":
-        tests = {name: (t["verdict"], float(t["seconds"])) for name, t in data["tests"].items()}
-        messages = {name: t["message"] for name, t in data["tests"].items() if t.get("message")}
-        return cls(engine, tests, float(data["wall_s"]), int(data["returncode"]), messages)
-
-    def only(self, names: Optional[set]) -> "Run":
-        """This run, which must have run exactly ``names`` (any when None): its wall time is for them."""
-        if names is not None and names != set(self.tests):
-            raise SystemExit(f"--torch-from: the earlier torch run has {len(self.tests)} tests, this selection "
-                             f"{len(names)}; take it with the same selection")
-        return self
-
-    def as_json(self) -> dict:
-        tests = {}
-        for name, (verdict, seconds) in sorted(self.tests.items()):
-            tests[name] = {"verdict": verdict, "seconds": round(seconds, 3)}
-            if name in self.messages:
-                tests[name]["message"] = self.messages[name].splitlines()[0][:300] if self.messages[name] else ""
-        return {"wall_s": round(self.wall, 2), "returncode": self.returncode, "tests": tests}
 
 
 def run_engine(engine: str, ids: Optional[List[str]], expr: Optional[str], python: str = sys.executable,
@@ -253,47 +225,13 @@ def read_junit(path: str) -> Tuple[Dict[str, Tuple[str, float]], Dict[str, str]]
     for case in ET.parse(path).getroot().iter("testcase"):
         cls = case.get("classname", "?").rsplit(".", 1)[-1]
         name = f"{cls}::{case.get('name', '?')}"
-        verdict = "passed"
-        for child, word in (("skipped", "skipped"), ("failure", "failed"), ("error", "error")):
-            element = case.find(child)
-            if element is not None:
-                verdict = word
-                if word != "skipped":
-                    messages[name] = (element.get("message") or element.text or "")[:2000]
+        verdict, message = case_verdict(case)
+        if message is not None:
+            messages[name] = message
         if verdict == "error" and name in tests:
             verdict = "failed+error"  # pytest reports a teardown error as a second testcase
         tests[name] = (verdict, tests.get(name, ("", 0.0))[1] + float(case.get("time", "0")))
     return tests, messages
-
-
-def report(runs: Dict[str, Run]) -> None:
-    """One row per test (each engine's verdict and seconds), the differences, and the totals."""
-    engines = list(runs)
-    names = sorted(set().union(*(run.tests for run in runs.values())))
-    print(f"{'test':80}" + "".join(f" {engine + ' verdict':>15} {engine + ' s':>9}" for engine in engines))
-    differ = []
-    for name in names:
-        cells = [runs[e].tests.get(name, ("missing", 0.0)) for e in engines]
-        print(f"{name[:80]:80}" + "".join(f" {v:>15} {s:9.2f}" for v, s in cells))
-        if len({v for v, _ in cells}) > 1:
-            differ.append(name)
-            for engine in engines:
-                if runs[engine].messages.get(name):
-                    print(f"    {engine}: {runs[engine].messages[name].splitlines()[0][:200]}")
-    print()
-    for engine in engines:
-        run = runs[engine]
-        counts: Dict[str, int] = {}
-        for verdict, _ in run.tests.values():
-            counts[verdict] = counts.get(verdict, 0) + 1
-        summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-        print(f"{engine}: {len(run.tests)} tests ({summary}) in {run.wall:.1f} s wall "
-              f"({sum(s for _, s in run.tests.values()):.1f} s in tests)")
-    if len(engines) == 2:
-        torch_run, ours = runs["torch"], runs["ours"]
-        print(f"verdicts that differ: {len(differ)}" + (f" ({', '.join(differ)})" if differ else ""))
-        if ours.wall > 0:
-            print(f"wall time: ours is 1/{torch_run.wall / ours.wall:.1f} of torch's")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "examples" / "test_torch_distributed_suite.py"
@@ -90,7 +90,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         engines = [e for e in engines if e != "torch"]
     runs = {engine: run_engine(engine, names, args.expr) for engine in engines}
     if args.torch_from is not None:
-        runs = {"torch": earlier.only(next(iter(runs.values())).tests if runs else None), **runs}
+        runs = {"torch": earlier.only(next(iter(runs.values())).tests if runs else None,
+                                      " (--all for torch_suite_all.json)"), **runs}
     report(runs)
     payload = {"backend": _env()["BACKEND"], "world_size": int(_env()["WORLD_SIZE"]), "cpus": os.cpu_count(),
                "selection": args.subset or ("all" if args.all else f"-k {args.expr}"),
@@ -132,19 +133,23 @@ class Run:
     def from_json(cls, engine: str, data: dict) -> "Run":
         """A run as :meth:`as_json` wrote it."""
         tests = {name: (t["verdict"], float(t["seconds"])) for name, t in data["tests"].items()}
-        return cls(engine, tests, float(data["wall_s"]), int(data["returncode"]))
+        messages = {name: t["message"] for name, t in data["tests"].items() if t.get("message")}
+        return cls(engine, tests, float(data["wall_s"]), int(data["returncode"]), messages)
 
-    def only(self, names: Optional[Dict[str, Tuple[str, float]]]) -> "Run":
-        """This run, which must have run exactly the tests in ``names`` (any when None): its wall time is for them."""
+    def only(self, names: Optional[Iterable[str]], hint: str = "") -> "Run":
+        """This run, which must have run exactly the tests ``names`` (any when None): its wall time is for them."""
         if names is not None and set(names) != set(self.tests):
             raise SystemExit(f"--torch-from: the earlier torch run has {len(self.tests)} tests, this selection "
-                             f"{len(names)}; take it with the same selection (--all for torch_suite_all.json)")
+                             f"{len(set(names))}; take it with the same selection{hint}")
         return self
 
     def as_json(self) -> dict:
-        return {"wall_s": round(self.wall, 2), "returncode": self.returncode,
-                "tests": {name: {"verdict": v, "seconds": round(s, 3)} for name, (v, s) in sorted(self.tests.items())}}
-
+        tests: Dict[str, dict] = {}
+        for name, (verdict, seconds) in sorted(self.tests.items()):
+            tests[name] = {"verdict": verdict, "seconds": round(seconds, 3)}
+            if self.messages.get(name):
+                tests[name]["message"] = self.messages[name].splitlines()[0][:300]
+        return {"wall_s": round(self.wall, 2), "returncode": self.returncode, "tests": tests}
 
 def run_engine(engine: str, names: Optional[List[str]], expr: Optional[str]) -> Run:
     """Run the selected tests of the suite on one engine, under pytest, and read its JUnit report."""
@@ -169,27 +174,37 @@ def read_junit(path: str) -> Tuple[Dict[str, Tuple[str, float]], Dict[str, str]]
     tests: Dict[str, Tuple[str, float]] = {}
     messages: Dict[str, str] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
-        verdict, name = "passed", case.get("name", "?")
-        for child, word in (("skipped", "skipped"), ("failure", "failed"), ("error", "error")):
-            element = case.find(child)
-            if element is not None:
-                verdict = word
-                if word != "skipped":
-                    messages[name] = (element.get("message") or element.text or "")[:2000]
+        name = case.get("name", "?")
+        verdict, message = case_verdict(case)
+        if message is not None:
+            messages[name] = message
         tests[name] = (verdict, float(case.get("time", "0")))
     return tests, messages
 
 
-def report(runs: Dict[str, Run]) -> None:
-    """One row per test (each engine's verdict and seconds), the differences, and the totals."""
+def case_verdict(case: ET.Element) -> Tuple[str, Optional[str]]:
+    """A JUnit testcase's verdict (passed, skipped, failed, error) and its failure's message (None if none)."""
+    verdict, message = "passed", None
+    for child, word in (("skipped", "skipped"), ("failure", "failed"), ("error", "error")):
+        element = case.find(child)
+        if element is not None:
+            verdict = word
+            if word != "skipped":
+                message = (element.get("message") or element.text or "")[:2000]
+    return verdict, message
+
+
+def report(runs: Dict[str, Run], width: int = 60) -> None:
+    """One row per test (each engine's verdict and seconds; names cut to ``width``), the differences, and the
+    totals."""
     engines = list(runs)
     names = sorted(set().union(*(run.tests for run in runs.values())))
-    header = f"{'test':60}" + "".join(f" {engine + ' verdict':>15} {engine + ' s':>9}" for engine in engines)
+    header = f"{'test':{width}}" + "".join(f" {engine + ' verdict':>15} {engine + ' s':>9}" for engine in engines)
     print(header)
     differ = []
     for name in names:
         cells = [runs[e].tests.get(name, ("missing", 0.0)) for e in engines]
-        print(f"{name[:60]:60}" + "".join(f" {v:>15} {s:9.2f}" for v, s in cells))
+        print(f"{name[:width]:{width}}" + "".join(f" {v:>15} {s:9.2f}" for v, s in cells))
         if len({v for v, _ in cells}) > 1:
             differ.append(name)
             for engine in engines:
