@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import helpers
 import pytest
@@ -293,16 +294,17 @@ class _StandInRank:
 
 
 class _StandInWatch:
-    """Every rank replies to the test with its outcome in ``outcomes``."""
+    """Every rank replies to the test with its outcome in ``outcomes``; the ranks in ``died`` then die."""
 
-    def __init__(self, outcomes: dict) -> None:
-        self.outcomes = outcomes
+    def __init__(self, outcomes: dict, died: Optional[dict] = None) -> None:
+        self.outcomes, self.died = outcomes, died or {}
 
     def wait(self, goal):
         from continuous_test.controller.watch import Waited
         from continuous_test.wire.messages import TestDone
 
-        return Waited(pending=set(), replies={r: TestDone.of(r, goal.seq, o) for r, o in self.outcomes.items()})
+        return Waited(pending=set(), replies={r: TestDone.of(r, goal.seq, o) for r, o in self.outcomes.items()},
+                      died_after_reply=dict(self.died))
 
     def deaths(self) -> dict:
         return {}
@@ -331,6 +333,7 @@ def _put_back(policy: str):
     ("default group replaced", "restore", {"group_changed": True}, "pass", False),  # a new group, same ranks
     ("leak put back, restore", "restore", {"leaks": _put_back("restore")}, "pass", False),
     ("leak put back, fail", "fail", {"leaks": _put_back("fail")}, "fail", True),  # as after any failure
+    ("rank 1 died after its reply", "restore", {}, "pass", True),  # a late death, reported before the next test
 ])
 def test_what_a_tests_outcome_makes_of_its_world(case, policy, rank_0, status, new_ranks, monkeypatch, tmp_path):
     from continuous_test import config
@@ -341,12 +344,15 @@ def test_what_a_tests_outcome_makes_of_its_world(case, policy, rank_0, status, n
     monkeypatch.setattr(world, "kill_ranks", killed.extend)
     shared = world.World(type("T", (), {}), config.ClassSettings("T", 2, "cpu", "gloo", 1.0, 10.0, 10.0))
     ranks = [_StandInRank(0), _StandInRank(1)]
-    shared.ranks, shared._watch, shared.state = list(ranks), _StandInWatch({0: _passed(0, **rank_0), 1: _passed(1)}), \
-        world.WorldState.READY
+    watch = _StandInWatch({0: _passed(0, **rank_0), 1: _passed(1)}, {1: 0} if "died" in case else None)
+    shared.ranks, shared._watch, shared.state = list(ranks), watch, world.WorldState.READY
     shared.dir = str(tmp_path / "world")
     os.mkdir(shared.dir)
     verdict = shared.run_test(world.TestPlan("test_x", "T.test_x", 60.0, policy))
     assert verdict.status.value == status, (case, verdict.error)
+    # The one decision, which the run report's restarts_world reads (controller/run_log.py)
+    assert verdict.restart_world is new_ranks, case
+    assert [d.rank for d in shared.late_deaths] == ([1] if "died" in case else []), case
     assert isinstance(verdict.error, LeakError) is (policy == "fail"), verdict.error
     assert [r.sent[0].method for r in ranks] == ["test_x", "test_x"]
     if new_ranks:  # killed, and its files removed: the next test starts the world again
@@ -354,10 +360,6 @@ def test_what_a_tests_outcome_makes_of_its_world(case, policy, rank_0, status, n
     else:
         assert killed == [] and shared.state is world.WorldState.READY and shared.ranks == ranks
         assert (shared._reinit is not None) is bool(rank_0.get("group_changed")), case
-
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q"]))
-
 
 def test_a_rank_forked_after_its_world_was_given_up_exits_quietly(tmp_path):
     # The controller gave up on a world (a runner's timeout while it started) and removed its
@@ -381,3 +383,7 @@ def test_a_rank_forked_after_its_world_was_given_up_exits_quietly(tmp_path):
             os._exit(70)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0 and out.read_text() == "", out.read_text()
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

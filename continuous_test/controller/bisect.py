@@ -78,7 +78,7 @@ FLAKY_DISAGREE = (
 CONFIRMATIONS = 2
 STOPPED = "  rerun/bisect stopped: {why}. {found}"
 BUDGET_SPENT = "its time budget is spent (CONTINUOUS_TEST_BISECT={budget:g} seconds per run)"
-PREDECESSOR_FAILED = "{test}, an earlier test, failed during the replay"
+PREDECESSOR_BROKE = "{test}, an earlier test, failed or needed a new world during the replay"
 NOT_RERUN = "continuous_test: not rerun in a fresh world: it exceeded its time limit, and a rerun would wait as long again."
 NOT_RERUN_HUNG = ("continuous_test: not rerun in a fresh world: a collective ended in the process group's timeout, "
                   "and a rerun would wait as long again.")
@@ -281,7 +281,7 @@ class _Replayer:
             if limit < ran.time_limit and isinstance(verdict.error, RankTimeoutError):
                 raise _Stop(BUDGET_SPENT.format(budget=self.budget))
             if index < len(sequence) - 1 and (verdict.failed or verdict.restart_world):
-                raise _Stop(PREDECESSOR_FAILED.format(test=ran.short()))
+                raise _Stop(PREDECESSOR_BROKE.format(test=ran.short()))
         return verdict.failed
 
 

@@ -308,7 +308,7 @@ class World:
         outcomes: Dict[int, RankOutcome] = {r: m.full_outcome() for r, m in waited.replies.items()}
         verdict = merge(test_id, self.world_size, outcomes, waited.faults, outputs,
                         grace=self.grace, time_limit=time_limit, note=self._note(),
-                        timeline=self._timeline(waited.faults))
+                        timeline=self._timeline(waited.faults), ranks_died=bool(waited.died_after_reply))
         verdict.duration = time.monotonic() - sent_at
         if self.dir is not None:  # the test's shared_temp_dir, if a rank made it
             shutil.rmtree(shared_temp_dir(self.dir, seq), ignore_errors=True)
@@ -392,13 +392,9 @@ class World:
                     outputs: Dict[int, str]) -> None:
         if waited.died_after_reply:
             self._record_late_deaths(waited.died_after_reply)
-        if verdict.restart_world or waited.died_after_reply or any(o.call_failed for o in outcomes.values()):
+        if verdict.restart_world:  # the merge's one decision (verdict/merge.py)
             # The world is discarded: killing is as clean as a graceful shutdown
-            # (the ranks hold nothing else) and never waits on a broken group.  A
-            # call that failed may have left its group's connections broken (gloo
-            # closes a pair whose call timed out); a new default group in the same
-            # processes is not enough (torch's DDP logger then crashed in
-            # test_ddp_logging_data_cpu), so new ranks start.
+            # (the ranks hold nothing else) and never waits on a broken group.
             self._discard()
         elif any(o.group_changed for o in outcomes.values()):
             self._reinit_count += 1

@@ -176,17 +176,16 @@ def run_case_in_place(case: unittest.TestCase, launch: Launch, test: str) -> Ver
     outputs = {r: o.output for r, o in outcomes.items() if o.output}
     verdict = merge(test, launch.world_size, outcomes, faults, outputs=outputs, grace=config.grace_period(cls),
                     time_limit=limit, note=STOPPED_NOTE if faults else None, timeline=calls, restartable=False)
-    _after_test(cls, joined, launch, test, verdict, faults, any(o.call_failed for o in outcomes.values()))
+    _after_test(cls, joined, launch, test, verdict, faults)
     return verdict
 
 
-def _after_test(cls, joined: Joined, launch: Launch, test: str, verdict: Verdict, faults: List[RankFault],
-                call_failed: bool = False) -> None:
+def _after_test(cls, joined: Joined, launch: Launch, test: str, verdict: Verdict, faults: List[RankFault]) -> None:
     if faults:
         # A rank that timed out or vanished will not run another test: nothing can continue.
         why = "; ".join(f"rank {f.rank} {_fault_words(f)}" for f in faults)
         joined.broken = WORLD_BROKEN.format(test=test, why=why)
-    elif verdict.restart_world or call_failed or not group_intact(joined):
+    elif verdict.restart_world or not group_intact(joined):
         # A call that failed may have broken its group's connections: a launch
         # cannot start new processes, so its group is made again.
         rebuild(cls, joined, launch, test)

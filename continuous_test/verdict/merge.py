@@ -173,12 +173,16 @@ def merge(
     note: Optional[str] = None,
     timeline: Optional[Callable[[], Optional[Timeline]]] = None,
     restartable: bool = True,
+    ranks_died: bool = False,
 ) -> Verdict:
     """Merge every rank's outcome of one run of ``test``, and the faults seen, into one verdict.
 
     ``note`` ends the report of a fault (the controller says what it does next).
     ``timeline`` builds the collective timeline; it is called only for a report
     that shows it (a fault, a failure on some ranks, or ranks whose calls differ).
+    ``ranks_died``: a rank died after it replied (reported as a death between tests).
+    The verdict's ``restart_world`` is the one decision whether the next test needs a
+    new world (new ranks, or under a launcher a new group).
     """
     outputs = outputs or {}
     units = _units(outcomes)
@@ -199,7 +203,12 @@ def merge(
     # After a failure the next test starts in a new world: a collective one rank made
     # before it failed may be unmatched on another.  Not after a failure every rank
     # declared (expectedFailure) whose calls the timeline shows ended and paired up.
-    verdict.restart_world = bool(faults) or (verdict.failed and not (verdict.expected_failure and _settled(timeline)))
+    # After a call that failed, even one the test caught and passed: gloo closes a pair
+    # whose call timed out, so the group's connections may be broken (a new default group
+    # in the same processes is not enough: torch's DDP logger then crashed in
+    # test_ddp_logging_data_cpu).
+    verdict.restart_world = (bool(faults) or ranks_died or any(o.call_failed for o in outcomes.values())
+                             or (verdict.failed and not (verdict.expected_failure and _settled(timeline))))
     verdict.backend_timeout = any(BACKEND_TIMEOUT.search(record.message) for outcome in outcomes.values()
                                   for event in outcome.events for record in event.errors)
     leak_reports = {r: o.leaks for r, o in outcomes.items() if o.leaks is not None}
