@@ -9,6 +9,7 @@ of this package, except the template's declared preload list.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
@@ -94,8 +95,9 @@ def _target(node: ast.AST, name: str) -> List[str]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
 def imports() -> Dict[str, Set[Tuple[str, bool]]]:
-    """module -> {(imported module, at module level)}."""
+    """module -> {(imported module, at module level)}; read once, when a test first asks (not at collection)."""
     edges: Dict[str, Set[Tuple[str, bool]]] = {}
     for name, path in MODULES.items():
         tree = ast.parse(path.read_text())
@@ -110,8 +112,6 @@ def imports() -> Dict[str, Set[Tuple[str, bool]]]:
         edges[name] = found
     return edges
 
-
-EDGES = imports()
 
 
 def layer(module: str) -> str:
@@ -129,7 +129,7 @@ def test_every_module_has_a_layer():
 
 def test_imports_go_only_where_the_layout_allows():
     wrong = []
-    for module, targets in EDGES.items():
+    for module, targets in imports().items():
         for target, _ in targets:
             if (module, target) in EXCEPTIONS or target == "__init__" and layer(module) != "leaf":
                 continue
@@ -143,13 +143,13 @@ def test_imports_go_only_where_the_layout_allows():
 
 
 def test_the_wire_format_and_the_leaves_import_only_each_other():
-    for module, targets in EDGES.items():
+    for module, targets in imports().items():
         if layer(module) == "wire":
             assert {t for t, _ in targets} <= {m for m in MODULES if m.startswith("wire.")} | {"errors"}, module
 
 
 def test_there_is_no_import_cycle():
-    graph = {m: {t for t, _ in targets} for m, targets in EDGES.items()}
+    graph = {m: {t for t, _ in targets} for m, targets in imports().items()}
     cycles = []
     state: Dict[str, int] = {}
 
@@ -180,7 +180,7 @@ def test_every_import_runs_down_between_rooms():
     # Imports of the package root are its lazy public names, not an import between rooms.
     graph: Dict[str, Set[str]] = {}
     why: Dict[Tuple[str, str], str] = {}
-    for module, targets in EDGES.items():
+    for module, targets in imports().items():
         for target, _ in targets:
             if target != "__init__" and room(module) != room(target):
                 graph.setdefault(room(module), set()).add(room(target))
@@ -208,7 +208,7 @@ def test_ranks_load_no_controller_code():
         if module in seen:
             continue
         seen.add(module)
-        todo += [t for t, top in EDGES.get(module, ()) if top and t != "__init__"]
+        todo += [t for t, top in imports().get(module, ()) if top and t != "__init__"]
     assert sorted(m for m in seen if m.startswith(NOT_IN_RANKS) and layer(m) != "leaf") == []
 
 
@@ -268,17 +268,17 @@ def test_exceptions_are_importable_from_the_package_and_from_where_they_were():
 
 def test_a_broken_rule_is_caught(monkeypatch):
     # The check itself can fail: an import of the controller from the rank side is reported.
-    monkeypatch.setitem(EDGES, "rank.run", EDGES["rank.run"] | {("controller.world", True)})
+    monkeypatch.setitem(imports(), "rank.run", imports()["rank.run"] | {("controller.world", True)})
     with pytest.raises(AssertionError):
         test_imports_go_only_where_the_layout_allows()
     with pytest.raises(AssertionError):
         test_ranks_load_no_controller_code()
     # A leaf that imports a room whose modules import it closes a loop between rooms.
-    monkeypatch.setitem(EDGES, "_role", EDGES["_role"] | {("launched.join", False)})
+    monkeypatch.setitem(imports(), "_role", imports()["_role"] | {("launched.join", False)})
     with pytest.raises(AssertionError):
         test_every_import_runs_down_between_rooms()
-    monkeypatch.setitem(EDGES, "wire.env", EDGES["wire.env"] | {("wire.messages", False)})
-    monkeypatch.setitem(EDGES, "wire.messages", EDGES["wire.messages"] | {("wire.env", False)})
+    monkeypatch.setitem(imports(), "wire.env", imports()["wire.env"] | {("wire.messages", False)})
+    monkeypatch.setitem(imports(), "wire.messages", imports()["wire.messages"] | {("wire.env", False)})
     with pytest.raises(AssertionError):
         test_there_is_no_import_cycle()
 

@@ -11,7 +11,6 @@ from test_faults import section
 
 from continuous_test import expect_exit
 from continuous_test.multiprocess import BAD_EXPECT_EXIT
-from continuous_test.torch_compat.dtensor import too_few_devices
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +52,8 @@ def test_unexpected_crash(negative):
 
 @pytest.mark.world
 def test_failure_and_skips(negative):
+    from continuous_test.torch_compat.dtensor import too_few_devices  # torch's testing code: not at collection
+
     err = negative[0].stderr
     assert "NegativeTest.test_failure_on_one_rank failed on rank 1 of 2 (rank 0 passed)" in err
     assert f"{verbose_name('test_skip_on_every_rank', 'NegativeTest')} ... skipped 'not today'" in err
@@ -172,6 +173,8 @@ if __name__ == "__main__":
 
 @pytest.mark.world
 def test_a_suite_that_overrides_run_enters_each_rank_through_it(tmp_path):
+    from continuous_test.torch_compat.dtensor import too_few_devices  # torch's testing code: not at collection
+
     # torch's TestDistBackend (distributed_test.py) overrides _run: its ranks make
     # their own group and barrier around self.run_test, which reports the test.
     proc = helpers.python("test_suite_entry.py", "-v", env={"ENTRY_DIR": str(tmp_path)})

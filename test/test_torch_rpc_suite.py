@@ -23,15 +23,16 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch_rpc_suite  # noqa: E402
 
-with warnings.catch_warnings():  # torch's RPC tests use torch.jit.script at import: 363 deprecation warnings
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from torch.testing._internal.distributed.rpc.dist_autograd_test import DistAutogradTest  # noqa: E402
-    from torch.testing._internal.distributed.rpc.rpc_test import RpcTest  # noqa: E402
-
-    from continuous_test.torch_compat.rpc import needs_fresh_ranks  # noqa: E402
-
 
 def test_the_rule_picks_rref_users_default_groups_and_rank_enders_only():
+    # Imported here, not at collection: torch's RPC test modules cost every xdist worker 1 s of CPU.
+    with warnings.catch_warnings():  # torch's RPC tests use torch.jit.script at import: 363 deprecation warnings
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torch.testing._internal.distributed.rpc.dist_autograd_test import DistAutogradTest
+        from torch.testing._internal.distributed.rpc.rpc_test import RpcTest
+
+        from continuous_test.torch_compat.rpc import needs_fresh_ranks
+
     # RRefs: torch's RRefContext binds the first agent of a process.
     assert needs_fresh_ranks(RpcTest, "test_nested_rref")
     assert needs_fresh_ranks(RpcTest, "test_py_rref_args")  # rpc.remote in the test
