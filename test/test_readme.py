@@ -103,6 +103,21 @@ def test_quoted_benchmark_rows_equal_the_generated_ones():
         assert cells == [full[0], full[1], full[2], full[4]], measurement
 
 
+def test_the_suite_figures_are_the_kept_runs():
+    # README's wall times of the suite and of the quick tier are the summary lines of the runs kept in
+    # benchmarks/results (each file starts with the command and the commit it ran at).
+    readme = (ROOT / "README.rst").read_text()
+    results = ROOT / "benchmarks" / "results"
+    suite = re.search(r"The suite ran (\d+) tests in (\d+) s", readme)
+    quick = re.search(r"the unit and world tiers in (\d+) s", readme)
+    assert suite and quick, "README.rst no longer quotes the suite's figures"
+    for (passed, seconds), name in (((suite[1], suite[2]), "suite_run_merged.txt"),
+                                    ((None, quick[1]), "quick_run_merged.txt")):
+        kept = re.search(r"^(\d+) passed.* in ([\d.]+)s", (results / name).read_text(), re.M)
+        assert kept, name
+        assert passed in (None, kept[1]) and round(float(kept[2])) == int(seconds), (name, kept[0], passed, seconds)
+
+
 def test_design_lists_every_module():
     text = (ROOT / "docs" / "design.rst").read_text()
     listed = set(re.findall(r"^``([\w/]+\.py)``  ", text, re.M))
