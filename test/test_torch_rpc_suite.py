@@ -75,6 +75,17 @@ def test_python_file_v_with_k_patterns_prints_torchs_names():
 
 
 @pytest.mark.e2e
+def test_rpc_init_with_tcp_gives_every_rank_one_master_port():
+    # torch's CI variant RPC_INIT_WITH_TCP=1: init_rpc over tcp://MASTER_ADDR:MASTER_PORT, where torch's
+    # SpawnHelper.setUp picks the port; here it runs on every rank, and the ranks take rank 0's.  Two tests
+    # share warm ranks (the second after the first put the ranks' variables back), the RRef test gets its own.
+    proc = helpers.run([sys.executable, str(torch_rpc_suite.SUITE), "-v", "-k", "*.TensorPipeRpcTest.test_add",
+                        "-k", "*.TensorPipeRpcTest.test_self_add", "-k", "*.TensorPipeRpcTest.test_nested_rref"],
+                       cwd=ROOT, env={"RPC_AGENT": "tensorpipe", "RPC_INIT_WITH_TCP": "1"}, timeout=240)
+    assert helpers.unittest_counts(proc.stderr) == {"ran": 3} and proc.returncode == 0, helpers.describe(proc)
+
+
+@pytest.mark.e2e
 def test_the_faulty_agent_runs_in_a_process_of_its_own():
     proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(torch_rpc_suite.SUITE),
                         "-k", "test_custom_messages_to_delay"], cwd=ROOT,

@@ -26,7 +26,8 @@ TensorPipe's listeners stay on loopback in a controller's world: each rank sets
 ``TP_SOCKET_IFNAME`` to the loopback interface unless it is set
 (``continuous_test.rank.main``; docs/isolation.rst).
 
-What this module touches: nothing beyond the classes it builds.
+What this module touches: nothing beyond the classes it builds and, in a rank during
+each of their tests only, the variables ``RpcWorld.setUp`` names (docs/isolation.rst).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import functools
 import inspect
 import os
 import textwrap
+import time
 import types
 from typing import Any, Dict, FrozenSet, List, Set
 
@@ -45,7 +47,7 @@ from continuous_test.case import MultiProcContinuousTest
 from continuous_test.fresh_worlds import changes_its_world
 from continuous_test.torch_compat.derived import rebase
 
-__all__ = ["RpcWorld", "SpawnHelper", "needs_fresh_ranks", "generate_tests", "RENDEZVOUS_FILE"]
+__all__ = ["RpcWorld", "SpawnHelper", "needs_fresh_ranks", "generate_tests", "RENDEZVOUS_FILE", "TCP_INIT"]
 
 # The per-test rendezvous file's name in the test's shared_temp_dir.
 RENDEZVOUS_FILE = "rpc_init_file"
@@ -65,18 +67,29 @@ class RpcWorld(MultiProcContinuousTest):
         return os.path.join(self.shared_temp_dir, RENDEZVOUS_FILE)
 
     def _spawn_processes(self) -> None:
-        """Nothing to start: the test already runs in the world's ranks."""
+        """Nothing to start: the test already runs in the world's ranks.
+
+        With ``RPC_INIT_WITH_TCP=1`` torch's ``SpawnHelper.setUp``, just before this, picked
+        a free ``MASTER_PORT`` for ``init_rpc``'s ``tcp://`` rendezvous: in torch, once, in the
+        process that spawns the ranks; here on every rank.  Every rank takes rank 0's.
+        """
+        if os.environ.get(TCP_INIT) == "1":
+            _agree_on_master_port(self.rank, os.path.join(self.shared_temp_dir, TCP_PORT_FILE))
 
     def setUp(self) -> None:
         """Hide the launcher variables a rank has (``RANK``, ``WORLD_SIZE``, ...) for the test, as torch's spawned ranks lack them.
 
         ``init_rpc(init_method="env://")`` without a rank must fail as it does there
-        (torch's ``test_dynamic_rpc_init_rpc_without_rank``); they are put back after the test.
+        (torch's ``test_dynamic_rpc_init_rpc_without_rank``); they are put back after the test,
+        and so are ``MASTER_ADDR`` and ``MASTER_PORT``, which torch's ``tearDown`` deletes
+        under ``RPC_INIT_WITH_TCP=1``.
         """
         super().setUp()
         for name in _HIDDEN_VARIABLES:
             if name in os.environ:
                 self.addCleanup(os.environ.__setitem__, name, os.environ.pop(name))
+        for name in _TCP_VARIABLES:
+            self.addCleanup(_put_back, name, os.environ.get(name))
 
     def _callTestMethod(self, method: Any) -> None:  # noqa: N802 - unittest's seam
         """A test that ends its rank with ``sys.exit(0)`` passed there, as torch's runner reads a rank's exit code 0.
@@ -118,6 +131,39 @@ SpawnHelper = rebase(_torch_rpc_utils.SpawnHelper, {_torch_distributed.MultiProc
 
 # What a controller's rank has in its environment and torch's spawned ranks do not.
 _HIDDEN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+# torch's switch for init_rpc over tcp:// (rpc_agent_test_fixture.init_method), and what it sets.
+TCP_INIT = "RPC_INIT_WITH_TCP"
+_TCP_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")
+# In the test's shared_temp_dir: rank 0's MASTER_PORT, which the other ranks take.
+TCP_PORT_FILE = "rpc_tcp_port"
+# Seconds a rank waits for rank 0's port: rank 0 writes it in its setUp, as the others run theirs.
+TCP_PORT_WAIT = 60.0
+NO_TCP_PORT = "rank {rank} waited {seconds:g} s for rank 0's MASTER_PORT for RPC_INIT_WITH_TCP=1 in {path}"
+
+
+def _agree_on_master_port(rank: int, path: str) -> None:
+    """Rank 0 writes its ``MASTER_PORT`` to ``path``; every other rank waits for it and takes it."""
+    if rank == 0:
+        partial = f"{path}.partial"
+        with open(partial, "w") as f:
+            f.write(os.environ["MASTER_PORT"])
+        os.replace(partial, path)  # whole or absent to a reader
+        return
+    deadline = time.monotonic() + TCP_PORT_WAIT
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise RuntimeError(NO_TCP_PORT.format(rank=rank, seconds=TCP_PORT_WAIT, path=path))
+        time.sleep(0.005)
+    with open(path) as f:
+        os.environ["MASTER_PORT"] = f.read()
+
+
+def _put_back(name: str, value: Any) -> None:
+    """Set the variable ``name`` to ``value`` again, or remove it where it was unset (None)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 # Functions of torch's RPC helpers that make a default process group.
 _GROUP_MAKERS = {"initialize_pg", "init_process_group"}
 # Names that mean the code holds an RRef: rpc.remote, RRef, to_here, RemoteModule, anything named *rref*.
