@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/torch_rpc_suite.py [--subset compared|ci|recorded | --all | -k EXPR]
+    python benchmarks/torch_rpc_suite.py [--subset compared|ci|recorded | --all | -k EXPR | --sample N [--seed S]]
                                          [--engine both|torch|ours] [--torch-from PATH]
                                          [--json PATH] [--record]
 
@@ -26,8 +26,8 @@ recorded (torch's runner takes about 9 s a test here, 70 minutes for all);
 ``--subset ci`` is :data:`CI_SUBSET`; ``--subset recorded`` the tests of the
 torch run that ``--torch-from`` names.  ``--record`` writes torch's verdicts of this
 invocation to ``benchmarks/results/torch_rpc_suite_verdicts.json``, which
-``test/test_torch_rpc_suite.py`` reads.  ``--torch-from PATH`` takes torch's run from
-an earlier JSON of this script.  Wall time is the sum of the pytest processes', from
+``test/test_torch_rpc_suite.py`` reads.  ``--torch-from PATH`` and ``--ours-from PATH``
+take an engine's run from an earlier JSON of this script (with both, nothing runs).  Wall time is the sum of the pytest processes', from
 start to end; per-test seconds are pytest's own.
 
 A benchmark, not a test: the exit status is 0 unless a run produced no report.
@@ -144,32 +144,40 @@ def main(argv: Optional[List[str]] = None) -> int:
                        help="COMPARED (114 tests), CI_SUBSET, or the tests of --torch-from's torch run")
     which.add_argument("--all", action="store_true", help="every test of both agents (torch's run takes 70 minutes)")
     which.add_argument("-k", dest="expr", help="a pytest -k expression over the test names (both agents)")
+    which.add_argument("--sample", type=int, metavar="N",
+                       help="N tests drawn at random from the whole suite, each agent's share in proportion")
+    parser.add_argument("--seed", type=int, default=0, help="the random draw of --sample (default 0)")
     parser.add_argument("--engine", choices=["both", "torch", "ours"], default="both")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--torch-from", type=Path, help="torch's run from an earlier JSON of this script")
+    parser.add_argument("--ours-from", type=Path, help="our run from an earlier JSON of this script")
     parser.add_argument("--record", action="store_true", help="write torch's verdicts for CI (needs the torch run)")
     args = parser.parse_args(argv)
-    if not (args.subset or args.all or args.expr):
+    if not (args.subset or args.all or args.expr or args.sample):
         args.subset = "compared"
     ids: Optional[List[str]] = {"compared": COMPARED, "ci": CI_SUBSET}.get(args.subset or "")
+    if args.sample:
+        ids = sample(args.sample, args.seed)
     engines = ["torch", "ours"] if args.engine == "both" else [args.engine]
-    earlier = None
-    if args.torch_from is not None:
-        earlier = Run.from_json("torch", json.loads(args.torch_from.read_text())["runs"]["torch"])
-        engines = [e for e in engines if e != "torch"]
-        if args.subset == "recorded":
-            ids = sorted(earlier.tests)
-    elif args.subset == "recorded":
-        parser.error("--subset recorded needs --torch-from")
-    runs = {engine: run_engine(engine, ids, args.expr) for engine in engines}
-    if earlier is not None:
-        wanted = set(ids) if ids is not None else None
-        runs = {"torch": earlier.only(wanted), **runs}
+    earlier = {engine: Run.from_json(engine, json.loads(path.read_text())["runs"][engine])
+               for engine, path in (("torch", args.torch_from), ("ours", args.ours_from)) if path is not None}
+    if args.subset == "recorded":
+        if "torch" not in earlier:
+            parser.error("--subset recorded needs --torch-from")
+        ids = sorted(earlier["torch"].tests)
+    wanted = set(ids) if ids is not None else None
+    runs = {engine: earlier[engine].only(wanted) if engine in earlier else run_engine(engine, ids, args.expr)
+            for engine in engines}
     report(runs, width=80)
-    payload = {"cpus": os.cpu_count(), "selection": args.subset or ("all" if args.all else f"-k {args.expr}"),
+    if args.sample:
+        print_estimates(runs)
+    payload = {"cpus": os.cpu_count(), "selection": _selection(args),
                "runs": {engine: run.as_json() for engine, run in runs.items()}}
-    if args.torch_from is not None:
-        payload["torch_from"] = str(args.torch_from)
+    if args.sample:
+        payload["suite_size"] = SUITE_SIZE
+    for engine, path in (("torch", args.torch_from), ("ours", args.ours_from)):
+        if path is not None:
+            payload[f"{engine}_from"] = str(path)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
     print(f"raw results: {args.json}")
@@ -183,6 +191,64 @@ def main(argv: Optional[List[str]] = None) -> int:
         VERDICTS.write_text(json.dumps({"torch_verdicts": recorded}, indent=1, sort_keys=True) + "\n")
         print(f"torch's verdicts recorded: {VERDICTS}")
     return 0 if all(run.tests for run in runs.values()) else 1
+
+
+def suite_ids(agent: str, python: str = sys.executable) -> List[str]:
+    """Every test of ``agent``'s classes, ``Class::test``, as pytest collects the suite file."""
+    proc = subprocess.run([python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(SUITE)],
+                          cwd=str(ROOT), env={**os.environ, "RPC_AGENT": agent}, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=600)
+    found = [line.split("::", 1)[1] for line in proc.stdout.splitlines() if "::" in line]
+    if not found:
+        raise SystemExit(f"collecting {SUITE} with RPC_AGENT={agent} found no tests:\n{proc.stdout}{proc.stderr}")
+    return found
+
+
+# The suite on CPU with torch 2.13 (the issue's count): 436 TensorPipe tests and 28 of the faulty agent.
+SUITE_SIZE = {"tensorpipe": 436, "faulty": 28}
+
+
+SAMPLE_FLOOR = 8  # tests of each agent a sample has at least: the faulty agent's share of 40 would be 2
+
+
+def sample(n: int, seed: int) -> List[str]:
+    """About ``n`` tests drawn at random (``seed``) from the whole suite: each agent's share in proportion to its
+    size, and at least :data:`SAMPLE_FLOOR` of each, so that an estimate per agent has more than one or two."""
+    import random
+
+    everything = {agent: suite_ids(agent) for agent in AGENTS}
+    total = sum(len(ids) for ids in everything.values())
+    chosen: List[str] = []
+    rng = random.Random(seed)
+    for ids in everything.values():
+        share = max(SAMPLE_FLOOR, round(n * len(ids) / total))
+        chosen += rng.sample(sorted(ids), min(share, len(ids)))
+    return chosen
+
+
+def _selection(args: argparse.Namespace) -> str:
+    if args.sample:
+        return f"sample {args.sample}, seed {args.seed}"
+    return args.subset or ("all" if args.all else f"-k {args.expr}")
+
+
+def print_estimates(runs: Dict[str, Run]) -> None:
+    """Each engine's time for the whole suite, estimated from its run on a sample, and their ratio."""
+    estimates = {engine: estimate(run) for engine, run in runs.items()}
+    for engine, seconds in estimates.items():
+        print(f"{engine}: the whole suite ({sum(SUITE_SIZE.values())} tests) estimated at {seconds:.0f} s in tests "
+              f"(each agent's mean test time in this sample times its size)")
+    if len(estimates) == 2 and estimates["ours"]:
+        print(f"estimated time in tests: ours is 1/{estimates['torch'] / estimates['ours']:.1f} of torch's")
+
+
+def estimate(run: Run) -> float:
+    """The seconds in tests of the whole suite, from ``run`` on a sample: per agent, its mean times its size."""
+    total = 0.0
+    for agent, size in SUITE_SIZE.items():
+        seconds = [s for name, (_, s) in run.tests.items() if agent_of(name) == agent]
+        total += size * sum(seconds) / len(seconds) if seconds else 0.0
+    return total
 
 
 def run_engine(engine: str, ids: Optional[List[str]], expr: Optional[str], python: str = sys.executable,
