@@ -39,8 +39,8 @@ B = [
  ("merge: _settled always true", "continuous_test/verdict/merge.py", "return built is not None and built.settled", "return True",
   ["test/test_isolate.py::test_expected_failures_are_not_rerun"]),
  ("world: registry keyed by class alone", "continuous_test/controller/world.py",
-  "    world = _WORLDS.get((cls, size))\n    if world is None or world.settings != settings:\n        if world is not None:\n            world.stop()\n        world = _WORLDS[(cls, size)] = World(cls, settings)",
-  "    world = _WORLDS.get((cls, None))\n    if world is None or world.settings != settings:\n        if world is not None:\n            world.stop()\n        world = _WORLDS[(cls, None)] = World(cls, settings)",
+  "    if world is None or world.settings != settings:\n        if world is not None:\n            world.stop()\n        world = _WORLDS[(key, size)] = World(cls, settings)\n    return world",
+  "    world = _WORLDS.get((key, None))\n    if world is None or world.settings != settings:\n        if world is not None:\n            world.stop()\n        world = _WORLDS[(key, None)] = World(cls, settings)\n    return world",
   ["test/test_world_sizes.py", "-k", "test_each_test_runs_once_per_size_in_one_world_per_size"]),
  ("outcome: MAX_HEADLINE 500 -> 5000", "continuous_test/wire/outcome.py", "MAX_HEADLINE = 500", "MAX_HEADLINE = 5000",
   ["test/test_reports.py::test_junit_bodies_are_bounded_too"]),
@@ -74,6 +74,10 @@ B = [
   ["test/test_devices.py", "-k", "test_a_partial_lease_that_fails_gives_back_what_it_took"]),
  ("session/pytest_shards: shard hook loses trylast", "continuous_test/session/pytest_shards.py", "    @pytest.hookimpl(trylast=True)\n    def pytest_collection_modifyitems(self", "    def pytest_collection_modifyitems(self",
   ["test/test_shard.py", "-k", "test_pytest_shards_cover_the_selection_once_without_splitting_a_world"]),
+ ("merge: a caught failed call keeps the world", "continuous_test/verdict/merge.py", "or ranks_died or any(o.call_failed for o in outcomes.values())", "or ranks_died",
+  ["test/test_world_faults.py", "-k", "what_a_tests_outcome_makes_of_its_world"]),
+ ("merge: a late death keeps the world", "continuous_test/verdict/merge.py", "(bool(faults) or ranks_died or", "(bool(faults) or",
+  ["test/test_world_faults.py", "-k", "what_a_tests_outcome_makes_of_its_world"]),
 ]
 only = sys.argv[1:]
 results: list = []
