@@ -210,10 +210,6 @@ def test_the_floor_leaves_nothing_behind(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stamps.jsonl"]
 
 
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
-
-
 @pytest.mark.e2e
 def test_leak_benchmark_reports_every_figure(tmp_path):
     out = tmp_path / "leaks.json"
@@ -268,3 +264,7 @@ def test_the_suite_hands_out_its_longest_work_first(tmp_path):
     seconds[items[1].nodeid] = 4.0
     order = [item.nodeid.rpartition("::")[2] for item in conftest.longest_first(items, seconds)]  # type: ignore
     assert order == ["test_a", "test_c", "test_b", "test_d"], order
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))

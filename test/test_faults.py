@@ -190,10 +190,6 @@ def test_ctrl_c_during_a_rerun_keeps_the_failure_already_known(runner, cls, fail
         assert (counts["failed"], counts.get("passed", 0)) == (1, int(cls == "InterruptedReplayTest")), describe(done)
 
 
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q"]))
-
-
 def test_sigterm_to_the_controller_removes_the_whole_texts_it_kept(tmp_path):
     # test_terminated.py keeps a rank's big output whole, then waits: SIGTERM ends the controller
     # (killed by the signal, as by default), and neither the kept texts' directory nor anything
@@ -219,3 +215,7 @@ def test_sigterm_to_the_controller_removes_the_whole_texts_it_kept(tmp_path):
     while os.listdir(tmpdir) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert os.listdir(tmpdir) == [], err
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

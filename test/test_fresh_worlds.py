@@ -200,7 +200,6 @@ def test_decorator_names_patterns_dicts_and_rules_choose_tests():
         wanted(OneShot, "test_plain")
 
 
-
 def test_a_world_of_its_own_has_no_leak_check_even_under_the_fail_policy(monkeypatch):
     # Nothing a test leaves in a world of its own reaches another test: the test's plan says
     # CONTINUOUS_TEST_LEAKS=fail, what its world runs says off (the ranks take no snapshot).
@@ -237,9 +236,6 @@ def test_a_world_of_its_own_has_no_leak_check_even_under_the_fail_policy(monkeyp
     assert planned.leak_policy == "fail" and wanted(Own, "test_plain")
     assert dispatch._run_in_a_world_of_its_own(Own, planned).status is Status.PASS
     assert [[(p.method, p.leak_policy) for p in w.ran] for w in started] == [[("test_plain", "off")]]
-
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q"]))
 
 
 # -- fresh groups in warm ranks (@fresh_group, fresh_group_tests) ----------------------------------------------
@@ -299,3 +295,7 @@ def test_fresh_group_is_chosen_like_fresh_world():
     Suite.fresh_group_tests = 3  # type: ignore[assignment]
     with pytest.raises(ConfigError, match="Suite.fresh_group_tests must be"):
         group_wanted(Suite, "test_plain")
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

@@ -194,10 +194,6 @@ def test_a_leak_under_a_launcher_is_reported_once_as_it_is_there():
     assert "the world is restarted" not in both, describe(proc)
 
 
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q"]))
-
-
 @pytest.mark.e2e
 def test_torchrun_a_skip_on_one_rank_is_an_inconsistent_skip_within_the_grace_period():
     # The skipping rank still takes part in the exchange; a peer stuck in a collective
@@ -295,3 +291,7 @@ def test_a_launched_tests_output_is_captured_whole_and_said_so_far(monkeypatch):
     assert captured.text == "from print\nfrom fd 2\n" and output.terminal[0] is None and output.so_far() == ""
     text = "".join(f"line {i}\n" for i in range(output.MAX_LINES + 5))
     assert output.tail(text).splitlines()[:2] == ["... 5 line(s) left out", "line 5"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

@@ -167,10 +167,6 @@ def test_fresh_ranks_init_their_own_group_behind_torchs_barrier(setting):
     assert proc.returncode == 0 and unittest_counts(proc.stderr) == {"ran": 2}, describe(proc)
 
 
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q"]))
-
-
 @pytest.mark.world
 def test_a_suite_that_overrides_run_enters_each_rank_through_it(tmp_path):
     from continuous_test.torch_compat.dtensor import too_few_devices  # torch's testing code: not at collection
@@ -184,3 +180,7 @@ def test_a_suite_that_overrides_run_enters_each_rank_through_it(tmp_path):
     assert f"{verbose_name('test_a_passes', 'SuiteEntryTest')} ... ok" in proc.stderr, describe(proc)
     assert "failed on rank 1 of 3" in proc.stderr, describe(proc)
     assert f"skipped '{too_few_devices(8).message}'" in proc.stderr, describe(proc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

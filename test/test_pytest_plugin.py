@@ -244,10 +244,6 @@ def test_pytest_rerunfailures_reruns_a_flaky_test_of_a_shared_world(tmp_path, xd
     assert (tmp_path / "failed-once").exists(), describe(proc)
 
 
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q"]))
-
-
 _PLAIN = '''
 import sys
 import unittest
@@ -267,3 +263,7 @@ def test_a_session_without_distributed_tests_does_not_import_torch(tmp_path):
     (tmp_path / "test_plain.py").write_text(_PLAIN)
     proc = helpers.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_plain.py"], cwd=tmp_path, fresh=True)  # fresh: what it imports is the point
     assert pytest_counts(proc.stdout) == {"passed": 2}, describe(proc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

@@ -158,10 +158,6 @@ def test_fresh_ranks_wait_for_the_exit_after_the_reply(start):
     assert waited.exits == {0: 0, 1: 10} and waited.faults == [] and sorted(waited.replies) == [0, 1]
 
 
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q"]))
-
-
 def test_a_ranks_prints_reach_its_log_when_it_was_forked_with_a_replaced_sys_stdout(tmp_path):
     # A rank forked from a process whose runner had put sys.stdout on a descriptor of
     # its own (pytest's capture) printed there, not into the rank's log.
@@ -182,3 +178,7 @@ def test_a_ranks_prints_reach_its_log_when_it_was_forked_with_a_replaced_sys_std
     os.waitpid(pid, 0)
     assert log.read_text().split("\n")[:2] == ["to the log", "also to the log"], log.read_text()
     assert elsewhere.read_text() == ""
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

@@ -127,7 +127,6 @@ def test_design_lists_every_module():
     assert listed - modules == set(), "these modules in docs/design.rst no longer exist"
 
 
-
 # -- test/README.rst: every CONTINUOUS_TEST_* variable to the tests that exercise it --------
 
 TEST_README = ROOT / "test" / "README.rst"
@@ -207,9 +206,6 @@ def test_test_readme_maps_every_variable_to_tests_that_name_it():
                 re.search(rf"\b{helper}\(", source) for helper in helpers_naming), \
                 f"{variable}: {file}::{test} does not name it (nor ENV constant {constants[variable]})"
 
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q"]))
-
 
 def _literal_block_after(text: str, heading: str) -> str:
     """The first ``::`` literal block of README section ``heading``, unindented."""
@@ -262,3 +258,7 @@ def test_the_install_steps_work_literally_in_a_fresh_venv(tmp_path):
     check = subprocess.run([str(venv_python), "-c", "import continuous_test, torch; print(continuous_test.__file__)"],
                            capture_output=True, text=True, env=env, cwd="/", timeout=120)
     assert str(tmp_path) in check.stdout, describe(check)  # the clone's package, not this checkout's
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

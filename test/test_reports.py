@@ -269,10 +269,6 @@ def test_rank_list():
     assert rank_list([3, 0, 1, 2, 5]) == "ranks 0-3, 5"
 
 
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q"]))
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("keep", [False, True])
 def test_a_big_output_is_bounded_in_the_report_and_kept_whole_on_disk(keep):
@@ -454,3 +450,7 @@ def test_python_3_10s_note_joins_what_str_shows():
     plain = ValueError("Default process group has not been initialized")
     report.join_note(plain, "continuous_test: the fixture ran in the controller")
     assert str(plain) == "Default process group has not been initialized\ncontinuous_test: the fixture ran in the controller"
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

@@ -376,10 +376,6 @@ def test_chromium_draws_the_page(unittest_run, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000  # a drawn page, not a blank one
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-p", "no:cacheprovider", *sys.argv[1:]]))
-
-
 @pytest.mark.world
 def test_repeat_counts_reach_the_report_and_each_run_is_a_junit_property(tmp_path):
     # --ct-repeat (session/repeat.py) fills each run's "repeat" in the JSON; JUnit names the run.
@@ -523,3 +519,7 @@ def test_a_rank_whose_collective_a_peer_broke_waited(tmp_path):
     assert raising_ranks(statuses) == [0, 1]
     statuses[1] = RankReport(RankStatus.STUCK, "stacks")
     assert (failing_ranks(statuses), raising_ranks(statuses)) == ([0, 1], [0])
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-p", "no:cacheprovider", *sys.argv[1:]]))

@@ -149,10 +149,6 @@ def test_a_caller_killed_after_its_request_takes_its_child_along(tmp_path):
     assert zygote.socket_path() == path, "the zygote died and was replaced"
 
 
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
-
-
 @pytest.mark.world
 def test_a_run_in_this_process_starts_its_fresh_interpreter_template_through_the_zygote():
     # test/inprocess.py: in a worker whose zygote runs, the library's forkserver template
@@ -172,3 +168,7 @@ def test_a_run_in_this_process_starts_its_fresh_interpreter_template_through_the
         assert multiprocessing.spawn.get_executable() == before
     proc = helpers.python("test_template.py", env={"CONTINUOUS_TEST_START_METHOD": "forkserver"})
     assert proc.returncode == 0 and helpers.unittest_counts(proc.stderr) == {"ran": 3}, helpers.describe(proc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
