@@ -45,7 +45,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from torch_suite import Run, case_verdict, report  # the sibling script: one run record, verdict and table
+from torch_suite import Run, case_verdict, record_verdicts, report, write_json  # the sibling script
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "examples" / "test_torch_rpc_suite.py"
@@ -178,18 +178,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     for engine, path in (("torch", args.torch_from), ("ours", args.ours_from)):
         if path is not None:
             payload[f"{engine}_from"] = str(path)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    write_json(args.json, payload)
     print(f"raw results: {args.json}")
     if args.record:
         if "torch" not in runs:
             parser.error("--record needs the torch run (--engine both or torch, or --torch-from)")
-        # This run's verdicts replace the recorded ones of the same tests; the file keeps the CI subset's.
-        previous = json.loads(VERDICTS.read_text())["torch_verdicts"] if VERDICTS.exists() else {}
-        merged = {**previous, **{name: verdict for name, (verdict, _) in runs["torch"].tests.items()}}
-        recorded = {name: merged[name] for name in sorted(CI_SUBSET) if name in merged}
-        VERDICTS.write_text(json.dumps({"torch_verdicts": recorded}, indent=1, sort_keys=True) + "\n")
-        print(f"torch's verdicts recorded: {VERDICTS}")
+        record_verdicts(VERDICTS, runs["torch"], CI_SUBSET)
     return 0 if all(run.tests for run in runs.values()) else 1
 
 

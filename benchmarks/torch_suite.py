@@ -98,20 +98,36 @@ def main(argv: Optional[List[str]] = None) -> int:
                "runs": {engine: run.as_json() for engine, run in runs.items()}}
     if args.torch_from is not None:
         payload["torch_from"] = str(args.torch_from)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    write_json(args.json, payload)
     print(f"raw results: {args.json}")
     if args.record:
         if "torch" not in runs:
             parser.error("--record needs the torch run (--engine both or torch)")
-        # This run's verdicts replace the recorded ones of the same tests; the file keeps the CI subset's.
-        previous = json.loads(VERDICTS.read_text())["torch_verdicts"] if VERDICTS.exists() else {}
-        recorded = {**previous, **{name: verdict for name, (verdict, _) in runs["torch"].tests.items()}}
-        recorded = {name: recorded[name] for name in sorted(CI_SUBSET) if name in recorded}
-        VERDICTS.write_text(json.dumps({"backend": payload["backend"], "world_size": payload["world_size"],
-                                        "torch_verdicts": recorded}, indent=1, sort_keys=True) + "\n")
-        print(f"torch's verdicts recorded: {VERDICTS}")
+        record_verdicts(VERDICTS, runs["torch"], CI_SUBSET, backend=payload["backend"],
+                        world_size=payload["world_size"])
     return 0 if all(run.tests for run in runs.values()) else 1
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """``payload`` as this script's JSON (sorted keys, one space of indent) at ``path``, its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+
+
+def record_verdicts(path: Path, torch_run: "Run", ci_subset: List[str], **fields: object) -> None:
+    """Write the CI subset's torch verdicts to ``path`` (with ``fields``): ``torch_run``'s replace those
+    already recorded for the same tests, and the file keeps only the subset's."""
+    previous = json.loads(path.read_text())["torch_verdicts"] if path.exists() else {}
+    merged = {**previous, **{name: verdict for name, (verdict, _) in torch_run.tests.items()}}
+    recorded = {name: merged[name] for name in sorted(ci_subset) if name in merged}
+    write_json(path, {**fields, "torch_verdicts": recorded})
+    print(f"torch's verdicts recorded: {path}")
+
+
+def verdicts_that_differ(torch_verdicts: Dict[str, str], run: "Run") -> Dict[str, Tuple[str, Optional[str]]]:
+    """Test -> (torch's recorded verdict, ``run``'s) for each recorded test whose verdict ``run`` does not repeat."""
+    ours = {name: verdict for name, (verdict, _) in run.tests.items()}
+    return {name: (want, ours.get(name)) for name, want in torch_verdicts.items() if ours.get(name) != want}
 
 
 def _env() -> Dict[str, str]:
