@@ -169,6 +169,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     runs = {engine: earlier[engine].only(wanted) if engine in earlier else run_engine(engine, ids, args.expr)
             for engine in engines}
     report(runs, width=80)
+    print_medians(runs)
     if args.sample:
         print_estimates(runs)
     payload = {"cpus": os.cpu_count(), "selection": _selection(args),
@@ -224,6 +225,23 @@ def _selection(args: argparse.Namespace) -> str:
     if args.sample:
         return f"sample {args.sample}, seed {args.seed}"
     return args.subset or ("all" if args.all else f"-k {args.expr}")
+
+
+def print_medians(runs: Dict[str, Run]) -> None:
+    """Per agent: each engine's median seconds a test and, with both, the median of torch's minus ours."""
+    import statistics
+
+    for agent in AGENTS:
+        names = sorted(set.intersection(*(set(n for n in run.tests if agent_of(n) == agent) for run in runs.values())))
+        if not names:
+            continue
+        medians = [f"{engine} {statistics.median(run.tests[n][1] for n in names):.2f} s"
+                   for engine, run in runs.items()]
+        line = f"{agent}, median seconds a test over {len(names)}: " + ", ".join(medians)
+        if {"torch", "ours"} <= set(runs):
+            saved = statistics.median(runs["torch"].tests[n][1] - runs["ours"].tests[n][1] for n in names)
+            line += f"; torch's minus ours: {saved:.2f} s"
+        print(line)
 
 
 def print_estimates(runs: Dict[str, Run]) -> None:
