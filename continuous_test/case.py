@@ -305,7 +305,7 @@ class MultiProcContinuousTest(TestCase):
         """A directory of this test's own, the same path on every rank of its world, made on first use (0700).
 
         It is empty when the test starts, and removed once every rank reported the
-        test, so no test sees another's files: a suite's file barrier or a file each
+        test, before any rank starts the next, so no test sees another's files: a suite's file barrier or a file each
         rank writes for the others (``TEMP_DIR`` in torch's ``distributed_test.py``)
         goes there.  In a rank of a controller's world only; under a launcher the
         ranks may not share a file system, and this raises ``RuntimeError``.

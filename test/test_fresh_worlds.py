@@ -215,7 +215,7 @@ def test_a_world_of_its_own_has_no_leak_check_even_under_the_fail_policy(monkeyp
         def start(self):
             pass
 
-        def run_test(self, plan):
+        def run_test(self, plan, meanwhile=None):
             self.ran.append(plan)
             return Verdict(Status.PASS)
 

@@ -1,7 +1,9 @@
 """The recorder in one process: a world of one gloo rank, records read back as the controller reads them."""
 from __future__ import annotations
 
+import gc
 import sys
+import weakref
 
 import pytest
 import torch
@@ -54,6 +56,25 @@ def test_subgroups_are_named_by_their_ranks_and_numbered_apart(ring):
     on_sub, on_default = records.read_file(ring).calls
     assert on_sub.name() == "all_reduce #1 on ranks 0"
     assert on_default.name() == "all_reduce #1"
+
+
+def test_a_group_the_test_let_go_is_not_kept_alive_and_a_new_one_is_numbered_anew(ring):
+    # torch's RPC init makes a gloo group, calls a collective on it and drops it: it must die
+    # then, as it does without the recorder, and not at the next test (with its store's file).
+    recorder.begin_test(Case())
+    ids = set()
+    for _ in range(3):
+        sub = dist.new_group([0])
+        ids.add(id(sub))
+        dist.all_reduce(torch.ones(1), group=sub)
+        dist.destroy_process_group(sub)
+        gone = weakref.ref(sub)
+        del sub
+        gc.collect()
+        assert gone() is None
+    calls = records.read_file(ring).calls
+    # Each group's calls are numbered from 1, also where a new group took a dead one's address.
+    assert [c.name() for c in calls] == ["all_reduce #1 on ranks 0"] * 3, ids
 
 
 def test_exceptions_pass_through_unchanged_and_are_marked(ring):

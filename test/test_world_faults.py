@@ -23,6 +23,8 @@ import helpers
 import pytest
 from helpers import describe, verbose_name
 
+from continuous_test import MultiProcContinuousTest
+
 SCENARIO = "test_world_faults.py"
 GONE_BOUND = 2.0  # seconds after the runner exits; from the issue, not a speed target
 
@@ -277,6 +279,33 @@ def test_a_skip_on_one_rank_while_a_peer_waits_is_reported_within_the_grace_peri
 
 # -- in this process: what a test's outcomes make of its world, on stand-in ranks ----------
 
+class StopsCleanly(MultiProcContinuousTest):
+    """A world that test_a_stopping_world_waits_for_stopped_not_for_the_kernel starts and stops, testing nothing."""
+
+    world_size = 2
+
+
+@pytest.mark.world
+def test_a_stopping_world_waits_for_stopped_not_for_the_kernel(monkeypatch):
+    # Each rank says Stopped (output flushed, coverage saved) right before os._exit(0):
+    # its group is killed and it is reaped later, so no stop waits while the kernel
+    # tears a torch-sized process down.  A rank that ends without saying it is waited for.
+    from continuous_test import config
+    from continuous_test.controller import processes, world
+
+    retired: list = []
+    killed: list = []
+    monkeypatch.setattr(world, "retire", lambda ranks: retired.extend(ranks) or processes.retire(ranks))
+    monkeypatch.setattr(world, "kill_ranks", lambda ranks: killed.extend(ranks) or processes.kill_ranks(ranks))
+    shared = world.World(StopsCleanly, config.resolve(StopsCleanly, None))
+    shared.start()
+    pids = [h.process.pid for h in shared.ranks]
+    assert shared.stop() == [] and shared.state is world.WorldState.STOPPED
+    assert ([h.rank for h in retired], killed) == ([0, 1], [])
+    processes.reap_retired(processes.KILL_TIMEOUT)
+    assert not [pid for pid in pids if running(pid)] and all(h not in processes._RETIRED for h in retired)
+
+
 class _StandInRank:
     """A rank's handle as World.run_test uses it: the messages sent to it are kept."""
 
@@ -298,6 +327,7 @@ class _StandInWatch:
 
     def __init__(self, outcomes: dict, died: Optional[dict] = None) -> None:
         self.outcomes, self.died = outcomes, died or {}
+        self.declared: set = set()  # no rank said Stopped: every one is killed and waited for
 
     def wait(self, goal):
         from continuous_test.controller.watch import Waited

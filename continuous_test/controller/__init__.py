@@ -18,11 +18,14 @@ Lifecycles: three ways to start ranks, one wait loop (:meth:`watch.Watch.wait`) 
 
     shared world (MultiProcContinuousTest: world.World, one per class)
 
-        NEW ─start()─► wait(Ready) ─► READY ─run_test()─► wait(TestDone) ─► READY ─ … ─stop()─► Shutdown ─► wait(exit) ─► STOPPED
+        NEW ─start()─► wait(Ready) ─► READY ─run_test()─► wait(TestDone) ─► READY ─ … ─stop()─► Shutdown ─► wait(Stopped or exit) ─► STOPPED
                            │                                 │                                         │
                            │            fault or failed test ─► BROKEN (ranks killed): next run_test() starts again
                            │            a rank died between tests: reported, started again             └─ deaths after the
-                           └─ InitFailed / death / start timeout ─► WorldStartError (or SkipTest)            last test reported
+                           └─ InitFailed / death / start timeout ─► WorldStartError (or SkipTest)            last test reported;
+                                                                                                            kill groups, reap later
+    a test of a shared class in a world of its own (fresh_worlds): a World started for it and
+    stopped after it; the runner's next test, if it wants one of the same size too, gets spares
 
     fresh ranks (MultiProcessTestCase: fresh.FreshRanks, one set per test)
 
@@ -30,8 +33,8 @@ Lifecycles: three ways to start ranks, one wait loop (:meth:`watch.Watch.wait`) 
             │                                                                                          │
             └─ processes.Spares.refill: the next test's ranks forked meanwhile    kill groups, reap later ◄┘
 
-    spares (processes.Spares): forked while a fresh test runs, they wait for Assign;
-    start_ranks hands them their specs instead of forking.
+    spares (processes.Spares): forked while a fresh test (or a test in a world of its own)
+    runs, they wait for Assign; start_ranks hands them their specs instead of forking.
 
 Under a launcher (torchrun, srun) there is no controller: each launched process is a
 rank and its own controller (:mod:`continuous_test.launched`).

@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Optional
 
 from continuous_test import config, fresh_worlds, sizes
 from continuous_test.controller import ahead, bisect, devices, progress, run_log, world
+from continuous_test.controller.processes import SPARES
 from continuous_test.controller.world import TestPlan
 from continuous_test.errors import ConfigError, RankDiedError
 from continuous_test.verdict import replay
@@ -67,18 +68,19 @@ def run(case: unittest.TestCase, result: Optional[unittest.TestResult]) -> Optio
     planned: Optional[TestPlan] = None
     error: Optional[ConfigError] = None
     following: Optional[str] = None
-    own_world = False
+    own_world = sending_ahead = False
     try:
         planned = plan(cls, method, replay.short_id(case))
         own_world = fresh_worlds.wanted(cls, method)
-        if run_settings() and not own_world:
+        sending_ahead = run_settings()
+        if sending_ahead or own_world:
             following = ahead.next_test(case)
     except ConfigError as exc:  # raised inside the test, so that the runner reports it as the test's error
         planned, error = None, exc
     produced: List[Verdict] = []
 
     def produce() -> Verdict:
-        produced.append(_counted(lambda: _verdict(cls, planned, error, following, own_world)))
+        produced.append(_counted(lambda: _verdict(cls, planned, error, following, own_world, sending_ahead)))
         return produced[-1]
 
     outcome = replay.run_with(case, result, produce)
@@ -117,13 +119,13 @@ def _counted(verdict: Callable[[], Verdict]) -> Verdict:
 
 
 def _verdict(cls: type, planned: Optional[TestPlan], error: Optional[ConfigError], following: Optional[str],
-             own_world: bool = False) -> Verdict:
+             own_world: bool, sending_ahead: bool) -> Verdict:
     if planned is None:
         assert error is not None
         raise error
     if own_world:
-        return _run_in_a_world_of_its_own(cls, planned)
-    return _run_in_world(cls, planned, _next_plan(cls, following, planned.method))
+        return _run_in_a_world_of_its_own(cls, planned, following)
+    return _run_in_world(cls, planned, _next_plan(cls, following, planned.method) if sending_ahead else None)
 
 
 def function_verdict(cls: type, name: str, test_id: str, kwargs: Dict[str, object]) -> Verdict:
@@ -142,19 +144,26 @@ def _run_in_world(cls: type, planned: TestPlan, then: Optional[Callable[[], Opti
     return bisect.after_test(started, planned, verdict)
 
 
-def _run_in_a_world_of_its_own(cls: type, planned: TestPlan) -> Verdict:
+def _run_in_a_world_of_its_own(cls: type, planned: TestPlan, following: Optional[str] = None) -> Verdict:
     """Run one test in a world started for it alone and stopped after it (:mod:`continuous_test.fresh_worlds`).
 
     The class's shared world, if it runs, is left as it is for the class's other
     tests.  Nothing the test leaves can reach another test, so its leak check is
-    off, and a failure is neither rerun nor bisected.
+    off, and a failure is neither rerun nor bisected.  When the runner's next test
+    (``following``, if known) also wants a world of its own of the same size, its
+    ranks are forked while this test runs (:class:`~continuous_test.controller.processes.Spares`).
     """
     own = world.World(cls, config.resolve(cls, sizes.size_of(planned.method)))
     own.for_one_test = True
     run_log.log().use_lane(own, run_log.log().own_world_lane(cls, own.world_size))
+    meanwhile = None
+    if following is not None and fresh_worlds.wanted(cls, following) and (
+            config.resolve(cls, sizes.size_of(following)).world_size == own.world_size):
+        def meanwhile() -> None:
+            SPARES.refill(cls, own.settings)
     try:
         own.start()
-        verdict = own.run_test(dataclasses.replace(planned, leak_policy="off"))
+        verdict = own.run_test(dataclasses.replace(planned, leak_policy="off"), meanwhile=meanwhile)
     finally:
         deaths = own.stop()
     if deaths and verdict.status is Status.PASS:  # a rank that died after its test passed, before it stopped
@@ -179,5 +188,9 @@ def _next_plan(cls: type, following: Optional[str], current: str) -> Optional[Ca
 
 
 def stop_class(cls: type) -> None:
-    """Stop the shared world of ``cls``, if it has one; raises RankDiedError if a rank died outside a test."""
+    """Stop the shared world of ``cls``, if it has one, and kill spares forked for a test of it that did not come.
+
+    Raises RankDiedError if a rank died outside a test.
+    """
+    SPARES.discard(cls)
     world.stop_world(cls)

@@ -10,6 +10,10 @@ the other ways ranks start)::
               │        └─────────┴─ a rank died between tests: reported, start() again
               └─ a rank cannot import the class / join ─► WorldStartError (or SkipTest)
 
+``stop()`` sends ``Shutdown``; a rank that left its world says ``Stopped`` (its output
+flushed, its coverage saved) and nothing but its exit follows, so its group is killed
+and it is reaped later: no stop waits for the kernel to tear a torch-sized process down.
+
 A death between two tests (a thread the earlier test left behind, say) or after
 the last test is not blamed on any test: the next test runs in a restarted world,
 and :func:`stop_world` (``tearDownClass``) raises :class:`RankDiedError` naming
@@ -44,7 +48,7 @@ from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequ
 from continuous_test import config
 from continuous_test._role import world_name
 from continuous_test.controller import device_needs, devices, output as rank_output, progress, run_log
-from continuous_test.controller.processes import RankProcess, kill_ranks, start_ranks
+from continuous_test.controller.processes import RankProcess, kill_ranks, retire, start_ranks
 from continuous_test.controller.watch import Goal, Waited, Watch
 from continuous_test.errors import ConfigError, RankDiedError, WorldStartError
 from continuous_test.template import server as template
@@ -52,7 +56,7 @@ from continuous_test.verdict import timeline
 from continuous_test.verdict.merge import Verdict, merge
 from continuous_test.verdict.text import prefix_lines, short_test_name
 from continuous_test.wire import files, messages
-from continuous_test.wire.messages import InitFailed, Ready, RunTest, Shutdown, Stacks, TestDone, shared_temp_dir
+from continuous_test.wire.messages import InitFailed, Ready, RunTest, Shutdown, Stacks, Stopped, TestDone, shared_temp_dir
 from continuous_test.wire.outcome import FaultKind, RankFault, RankOutcome, exit_description
 
 __all__ = [
@@ -272,18 +276,22 @@ class World:
 
     # -- running tests ------------------------------------------------------------
 
-    def run_test(self, plan: TestPlan, then: Optional[Callable[[], Optional[TestPlan]]] = None) -> Verdict:
+    def run_test(self, plan: TestPlan, then: Optional[Callable[[], Optional[TestPlan]]] = None,
+                 meanwhile: Optional[Callable[[], None]] = None) -> Verdict:
         """Run one test on every rank and merge the outcomes into a verdict.
 
         ``then`` gives the plan of the test the runner runs next, or None; when every
         rank passed plainly it is sent before the merge
         (:mod:`continuous_test.controller.ahead`), and the next ``run_test`` only waits for it.
+        ``meanwhile`` is called once the test is sent, while the ranks run it.
         """
         sent = self._ahead_sent(plan)
         if sent is None:
             self._restart_after_late_deaths()
             self._require("run_test", WorldState.READY)
             sent = self._send_test(plan)
+        if meanwhile is not None:
+            meanwhile()
         seq, sent_at = sent
         assert self._watch is not None
         test_id, time_limit = plan.test_id, plan.time_limit
@@ -300,6 +308,11 @@ class World:
             self._discard()
             raise
         outputs = {h.rank: rank_output.bounded(h.read_output(), test_id, h.rank) for h in self.ranks}
+        if self.dir is not None:
+            # The test's shared_temp_dir, if a rank made it: removed before any rank starts the next test,
+            # never while ranks run (what the test left alive may still use a file of it, as a
+            # FileStore does when it is destroyed in the next test).
+            shutil.rmtree(shared_temp_dir(self.dir, seq), ignore_errors=True)
         if then is not None and self._all_passed_plainly(waited):
             following = then()
             if following is not None:
@@ -310,8 +323,6 @@ class World:
                         grace=self.grace, time_limit=time_limit, note=self._note(),
                         timeline=self._timeline(waited.faults), ranks_died=bool(waited.died_after_reply))
         verdict.duration = time.monotonic() - sent_at
-        if self.dir is not None:  # the test's shared_temp_dir, if a rank made it
-            shutil.rmtree(shared_temp_dir(self.dir, seq), ignore_errors=True)
         run_log.log().test_ran(run_log.log().lane_of(self), test_id, sent_at, verdict, outcomes)
         self._after_test(waited, verdict, outcomes, outputs)
         return verdict
@@ -427,10 +438,21 @@ class World:
         self.state = WorldState.BROKEN
 
     def _kill(self) -> None:
+        """Kill the ranks, with what their tests started; those that said ``Stopped`` are reaped later.
+
+        A rank that stopped has nothing left but its exit (``rank/main.py``): waiting
+        for the kernel to tear it down would cost every world's stop that much.
+        Where devices are leased, every rank is waited for: one still ending may
+        hold memory on them.
+        """
+        declared: set = set()
         if self._watch is not None:
             self._watch.close()
-            self._watch = None
-        kill_ranks(self.ranks)
+            declared, self._watch = self._watch.declared, None
+        if self.lease is not None:
+            declared = set()
+        retire([h for h in self.ranks if h.rank in declared])
+        kill_ranks([h for h in self.ranks if h.rank not in declared])
         self.ranks = []
         if self.lease is not None:  # after the ranks are gone: nothing of theirs is left on the devices
             self.lease.release()
@@ -446,8 +468,8 @@ class World:
                 messages.send(handle.conn, Shutdown())
             except OSError:
                 pass
-        waited = self._watch.wait(Goal(replies=(), accepts=(Stacks,), deadline=time.monotonic() + self.shutdown_timeout,
-                                       until_exit=True))
+        waited = self._watch.wait(Goal(replies=(Stopped,), accepts=(Stacks,),
+                                       deadline=time.monotonic() + self.shutdown_timeout, until_exit=True))
         failed = {r: c for r, c in waited.exits.items() if c != 0 and r not in dead}
         if failed:
             self._record_late_deaths(failed, last=True)

@@ -59,6 +59,7 @@ from continuous_test.wire.messages import (
     RunTest,
     Shutdown,
     Stacks,
+    Stopped,
     TestDone,
 )
 from continuous_test.wire.outcome import ErrorRecord, torch_skip_reason
@@ -299,18 +300,16 @@ def _continuous_loop(spec: RankSpec, channel: _Channel) -> None:
             _share_world(cls, owner, spec)
         outcome = run_one(owner, message, spec)
         channel.send(TestDone.of(spec.rank, message.seq, outcome))
-    _leave_world()
+    _leave_world(channel, spec)
 
 
 def _wait_for_shutdown(channel: _Channel, spec: RankSpec) -> None:
     while not isinstance(channel.receive(spec), Shutdown):
         pass
-    run_cleanup()
-    flush_output()
-    os._exit(0)
+    _exit_stopped(channel, spec)
 
 
-def _leave_world() -> None:
+def _leave_world(channel: _Channel, spec: RankSpec) -> None:
     import torch.distributed as dist
 
     _join_releases()
@@ -318,8 +317,23 @@ def _leave_world() -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
     finally:
+        _exit_stopped(channel, spec)
+
+
+def _exit_stopped(channel: _Channel, spec: RankSpec) -> NoReturn:
+    """End the rank after ``Shutdown``: its cleanups, output and coverage, then ``Stopped``, then ``os._exit(0)``.
+
+    Nothing but the exit follows ``Stopped``, so the controller need not wait for the
+    kernel to tear this process down (:meth:`continuous_test.controller.world.World.stop`).
+    """
+    try:
         run_cleanup()
         flush_output()
+        rank_coverage.save_in_rank()
+        channel.send(Stopped(spec.rank, 0))
+    except OSError:  # the controller is gone: nobody to tell
+        pass
+    finally:
         os._exit(0)
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "Ready",
     "InitFailed",
     "TestDone",
+    "Stopped",
     "Stacks",
 ]
 
@@ -125,6 +126,19 @@ class DumpStacks:
 @dataclass(frozen=True)
 class Shutdown:
     """Controller -> rank: destroy the process group and exit."""
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Rank -> controller, after ``Shutdown``: the rank left its world, and nothing but ``os._exit(exit_code)`` follows.
+
+    Its output is flushed and its coverage saved: the controller takes this as the
+    rank's ending and reaps the process later, so that no world's stop waits for
+    the kernel to tear a torch-sized process down.
+    """
+
+    rank: int
+    exit_code: int = 0
 
 
 @dataclass(frozen=True)

@@ -67,11 +67,23 @@ def all_reduce_sum():
     return t[0].item()
 
 
+# test_a's shared_temp_dir, in each rank: gone before test_b, sent ahead, starts.
+_LAST_SHARED_DIR = []
+
+
 class AheadTest(Stamped):
     def test_a(self):
         self.assertEqual(all_reduce_sum(), 2)
+        # Enough files that removing them takes a while: what test_a left alive may
+        # use them until test_b starts (a FileStore's destructor opens its file).
+        directory = os.path.join(self.shared_temp_dir, f"rank{self.rank}")
+        os.makedirs(directory)
+        for i in range(2000):
+            open(os.path.join(directory, str(i)), "w").close()
+        _LAST_SHARED_DIR.append(self.shared_temp_dir)
 
     def test_b(self):
+        self.assertFalse(os.path.exists(_LAST_SHARED_DIR[0]), "test_a's shared_temp_dir when test_b started")
         self.assertEqual(all_reduce_sum(), 2)
 
     def test_c(self):

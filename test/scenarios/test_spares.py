@@ -1,4 +1,4 @@
-"""Ranks forked ahead of need (spares): the next fresh test's ranks.
+"""Ranks forked ahead of need (spares): the next fresh test's ranks, or those of the next test in a world of its own.
 
 ``EXPECT_AHEAD`` names the tests whose ranks must have been forked ahead (run
 in file order, under ``python`` or pytest).  The last class checks that nothing
@@ -60,8 +60,38 @@ class FreshSparesLeftNothingTest(unittest.TestCase):
         self.assertEqual((processes.SPARES._ranks, processes._RETIRED), ([], []))
 
 
+class OwnWorldSpareTest(MultiProcContinuousTest):
+    """Tests of a shared class in worlds of their own: the next one's ranks are forked ahead too."""
+
+    world_size = 2
+    fresh_world_tests = ["test_own_*"]
+
+    @classmethod
+    def backend_str(cls):
+        return "gloo"
+
+    @classmethod
+    def device_type(cls):
+        return "cpu"
+
+    def _check(self):
+        check_forked_ahead(self)
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        self.assertEqual(t.item(), 2.0)
+
+    def test_own_a(self):
+        self._check()
+
+    def test_own_b(self):
+        self._check()
+
+    def test_own_c(self):
+        self._check()
+
+
 class WorldAfterSparesTest(MultiProcContinuousTest):
-    """Runs after FreshSpareTest: the spares forked for it were killed when it ended."""
+    """Runs after FreshSpareTest and OwnWorldSpareTest: the spares forked for them were killed when they ended."""
 
     world_size = 2
 
