@@ -58,23 +58,21 @@ def test_subgroups_are_named_by_their_ranks_and_numbered_apart(ring):
     assert on_default.name() == "all_reduce #1"
 
 
-def test_a_group_the_test_let_go_is_not_kept_alive_and_a_new_one_is_numbered_anew(ring):
-    # torch's RPC init makes a gloo group, calls a collective on it and drops it: it must die
-    # then, as it does without the recorder, and not at the next test (with its store's file).
+def test_a_group_the_test_used_and_dropped_lives_until_the_next_test_begins(ring):
+    # On purpose (docs/isolation.rst): dropped then, it goes through its Python object's
+    # destructor, which releases the GIL; DDP's Reducer, dropped after the test's
+    # destroy_process_group(), would otherwise destroy it holding the GIL.
     recorder.begin_test(Case())
-    ids = set()
-    for _ in range(3):
-        sub = dist.new_group([0])
-        ids.add(id(sub))
-        dist.all_reduce(torch.ones(1), group=sub)
-        dist.destroy_process_group(sub)
-        gone = weakref.ref(sub)
-        del sub
-        gc.collect()
-        assert gone() is None
-    calls = records.read_file(ring).calls
-    # Each group's calls are numbered from 1, also where a new group took a dead one's address.
-    assert [c.name() for c in calls] == ["all_reduce #1 on ranks 0"] * 3, ids
+    sub = dist.new_group([0])
+    dist.all_reduce(torch.ones(1), group=sub)
+    dist.destroy_process_group(sub)
+    kept = weakref.ref(sub)
+    del sub
+    gc.collect()
+    assert kept() is not None
+    recorder.begin_test(Case())
+    gc.collect()
+    assert kept() is None
 
 
 def test_exceptions_pass_through_unchanged_and_are_marked(ring):

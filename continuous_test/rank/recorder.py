@@ -39,7 +39,6 @@ import struct
 import sys
 import threading
 import types
-import weakref
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -501,10 +500,11 @@ class _Ring:
         self.test = 0  # tests begun so far
         self.test_start = 0  # self.count when the current test began
         self.seqs: Dict[Any, int] = {}  # calls of the current test per (group, p2p) key
-        # id(group) -> (a weak reference to the group, collective counter key, point-to-point counter key,
-        # label), this test.  Nothing here keeps a group alive: one the test dropped is destroyed when
-        # torch's code lets it go, as it would be without the recorder.
-        self.groups: Dict[int, Tuple[Callable[[], Any], Any, Any, bytes]] = {}
+        # group object -> (collective counter key, point-to-point counter key, label), this test.
+        # Held until the next test begins, on purpose (docs/isolation.rst): a group dropped then
+        # goes through its Python object's destructor, which releases the GIL, not through one
+        # that keeps it (DDP's Reducer), which deadlocks with a gloo thread waiting for it.
+        self.groups: Dict[Any, Tuple[Any, Any, bytes]] = {}
         self.files: Dict[str, Optional[bytes]] = {}  # code file -> its name in records, None: skipped
         self.dtypes = _dtype_codes()
         self.skip = _skipped_dirs()
@@ -527,10 +527,10 @@ class _Ring:
         """
         n = len(args)
         group = args[op.group[0]] if op.group is not None and op.group[0] < n else kwargs.get("group")
-        info = self.groups.get(id(group))
-        if info is None or info[0]() is not group:  # new, or another group where a dead one lived
-            info = self.groups[id(group)] = _group_info(group)
-        key = info[1 + (op.flags & tl.FLAG_P2P)]
+        info = self.groups.get(group)
+        if info is None:
+            info = self.groups[group] = _group_info(group)
+        key = info[op.flags & tl.FLAG_P2P]
         seq = self.seqs[key] = self.seqs.get(key, 0) + 1
         count = -1
         tensor: Any
@@ -562,7 +562,7 @@ class _Ring:
         offset = self.records + (index % self.capacity) * self.size
         _BY_NDIM[max(ndim, 0)].pack_into(self.mm, offset, index, self.test, seq, op.code, op.flags,
                                           tl.STATUS_WAITING, dtype, ndim, count,
-                                          peer if type(peer) is int else -1, line, *shape, info[3], file or b"?")
+                                          peer if type(peer) is int else -1, line, *shape, info[2], file or b"?")
         self.count = index + 1  # the header's count is left stale: readers count the records themselves
         return offset + tl.STATUS_OFFSET
 
@@ -604,33 +604,20 @@ def _arg(where: Optional[Tuple[int, str]], args: tuple, kwargs: dict) -> Any:
     return args[position] if position < len(args) else kwargs.get(name)
 
 
-def _group_info(group: Any) -> Tuple[Callable[[], Any], Any, Any, bytes]:
-    """(a weak reference to the group, collective counter key, point-to-point counter key, label) of a group.
-
-    The counter keys are a token of this group's own, never the group: the default
-    group's keys are shared and it is unlabelled.
-    """
+def _group_info(group: Any) -> Tuple[Any, Any, bytes]:
+    """(collective counter key, point-to-point counter key, label) of a group; the default one is unlabelled."""
     from torch.distributed import distributed_c10d as c10d
 
-    try:
-        ref: Callable[[], Any] = weakref.ref(group)
-    except TypeError:  # None, or a type without weak references: held, as it must be told apart
-        ref = functools.partial(_same, group)
     if group is None or group is getattr(c10d.GroupMember, "WORLD", None):
-        return ref, _DEFAULT, (_DEFAULT, "p2p"), b""
-    token = object()
+        return _DEFAULT, (_DEFAULT, "p2p"), b""
     desc = getattr(group, "group_desc", "") or ""
     if desc and desc != "undefined" and not desc.startswith("default"):
-        return ref, token, (token, "p2p"), desc.encode()[:40]
+        return group, (group, "p2p"), desc.encode()[:40]
     try:
         label = ("ranks " + ",".join(map(str, c10d.get_process_group_ranks(group)))).encode()[:40]
     except Exception:
         label = b"a subgroup"
-    return ref, token, (token, "p2p"), label
-
-
-def _same(value: Any) -> Any:
-    return value
+    return group, (group, "p2p"), label
 
 
 def _dtype_codes() -> Dict[Any, int]:
