@@ -78,6 +78,16 @@ B = [
   ["test/test_world_faults.py", "-k", "what_a_tests_outcome_makes_of_its_world"]),
  ("merge: a late death keeps the world", "continuous_test/verdict/merge.py", "(bool(faults) or ranks_died or", "(bool(faults) or",
   ["test/test_world_faults.py", "-k", "what_a_tests_outcome_makes_of_its_world"]),
+ ("world: a stop waits for every rank's exit, Stopped or not", "continuous_test/controller/world.py", "Goal(replies=(Stopped,), accepts=(Stacks,),", "Goal(replies=(), accepts=(Stacks,),",
+  ["test/test_world_faults.py::test_a_stopping_world_waits_for_stopped_not_for_the_kernel"]),
+ ("rank/main: Stopped never said", "continuous_test/rank/main.py", "        channel.send(Stopped(spec.rank, 0))", "        pass",
+  ["test/test_world_faults.py::test_a_stopping_world_waits_for_stopped_not_for_the_kernel"]),
+ ("world: shared_temp_dir kept while a test sent ahead runs", "continuous_test/controller/world.py", "        if self.dir is not None:\n            # The test's shared_temp_dir", "        if self.dir is not None and then is None:\n            # The test's shared_temp_dir",
+  ["test/test_ahead.py", "-k", "test_the_next_test_starts_while_the_runner_records_the_last and pytest"]),
+ ("dispatch: no spares for the next test in a world of its own", "continuous_test/controller/dispatch.py", "            SPARES.refill(cls, own.settings)", "            pass",
+  ["test/test_spares.py", "-k", "test_next_tests_ranks_are_forked_ahead_and_nothing_outlives_the_class"]),
+ ("recorder: the groups a test used never let go", "continuous_test/rank/recorder.py", "        self.groups.clear()\n", "",
+  ["test/test_recorder.py::test_a_group_the_test_used_and_dropped_lives_until_the_next_test_begins"]),
 ]
 only = sys.argv[1:]
 results: list = []
