@@ -238,6 +238,28 @@ def test_a_world_of_its_own_has_no_leak_check_even_under_the_fail_policy(monkeyp
     assert [[(p.method, p.leak_policy) for p in w.ran] for w in started] == [[("test_plain", "off")]]
 
 
+def test_a_next_test_whose_setting_is_bad_gets_no_spares_and_leaves_this_test_alone(monkeypatch):
+    # Spares are forked for the runner's next test when it wants a world of its own of the
+    # same size; a bad setting of that test is its own error, raised when it runs, not here.
+    from continuous_test import config
+    from continuous_test.controller import dispatch
+
+    class Own(_Suite):
+        fresh_world_tests = "test_plain"
+
+    monkeypatch.setattr(config, "resolve", lambda cls, size=None: config.ClassSettings(
+        cls.__qualname__, 2, "cpu", "gloo", 1.0, 10.0, 10.0))
+    assert dispatch._same_sized_own_world(Own, "test_plain", 2)
+    assert not dispatch._same_sized_own_world(Own, "test_plain", 3)
+    assert not dispatch._same_sized_own_world(Own, "test_through_helpers", 2)  # it shares the class's world
+
+    def bad(cls, size=None):
+        raise config.ConfigError("Own.world_size = 0: make it 1 or more")
+
+    monkeypatch.setattr(config, "resolve", bad)
+    assert not dispatch._same_sized_own_world(Own, "test_plain", 2)
+
+
 # -- fresh groups in warm ranks (@fresh_group, fresh_group_tests) ----------------------------------------------
 
 

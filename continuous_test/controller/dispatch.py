@@ -157,8 +157,7 @@ def _run_in_a_world_of_its_own(cls: type, planned: TestPlan, following: Optional
     own.for_one_test = True
     run_log.log().use_lane(own, run_log.log().own_world_lane(cls, own.world_size))
     meanwhile = None
-    if following is not None and fresh_worlds.wanted(cls, following) and (
-            config.resolve(cls, sizes.size_of(following)).world_size == own.world_size):
+    if following is not None and _same_sized_own_world(cls, following, own.world_size):
         def meanwhile() -> None:
             SPARES.refill(cls, own.settings)
     try:
@@ -169,6 +168,17 @@ def _run_in_a_world_of_its_own(cls: type, planned: TestPlan, following: Optional
     if deaths and verdict.status is Status.PASS:  # a rank that died after its test passed, before it stopped
         return Verdict(Status.FAIL, error=RankDiedError("\n".join(d.describe(cls) for d in deaths)))
     return verdict
+
+
+def _same_sized_own_world(cls: type, following: str, world_size: int) -> bool:
+    """Whether the next test ``following`` wants a world of its own of ``world_size`` ranks.
+
+    A setting of the next test that is bad is its own error, reported when it runs: no spares.
+    """
+    try:
+        return fresh_worlds.wanted(cls, following) and config.resolve(cls, sizes.size_of(following)).world_size == world_size
+    except ConfigError:
+        return False
 
 
 def _next_plan(cls: type, following: Optional[str], current: str) -> Optional[Callable[[], Optional[TestPlan]]]:
