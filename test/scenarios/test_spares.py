@@ -60,11 +60,10 @@ class FreshSparesLeftNothingTest(unittest.TestCase):
         self.assertEqual((processes.SPARES._ranks, processes._RETIRED), ([], []))
 
 
-class OwnWorldSpareTest(MultiProcContinuousTest):
-    """Tests of a shared class in worlds of their own: the next one's ranks are forked ahead too."""
+class _GlooPair(MultiProcContinuousTest):
+    """Two gloo ranks that check whether they were forked ahead; no tests of its own."""
 
     world_size = 2
-    fresh_world_tests = ["test_own_*"]
 
     @classmethod
     def backend_str(cls):
@@ -79,6 +78,12 @@ class OwnWorldSpareTest(MultiProcContinuousTest):
         t = torch.ones(1)
         dist.all_reduce(t)
         self.assertEqual(t.item(), 2.0)
+
+
+class OwnWorldSpareTest(_GlooPair):
+    """Tests of a shared class in worlds of their own: the next one's ranks are forked ahead too."""
+
+    fresh_world_tests = ["test_own_*"]
 
     def test_own_a(self):
         self._check()
@@ -90,24 +95,8 @@ class OwnWorldSpareTest(MultiProcContinuousTest):
         self._check()
 
 
-class WorldAfterSparesTest(MultiProcContinuousTest):
+class WorldAfterSparesTest(_GlooPair):
     """Runs after FreshSpareTest and OwnWorldSpareTest: the spares forked for them were killed when they ended."""
-
-    world_size = 2
-
-    @classmethod
-    def backend_str(cls):
-        return "gloo"
-
-    @classmethod
-    def device_type(cls):
-        return "cpu"
-
-    def _check(self):
-        check_forked_ahead(self)
-        t = torch.ones(1)
-        dist.all_reduce(t)
-        self.assertEqual(t.item(), 2.0)
 
     def test_world_a(self):
         self._check()
