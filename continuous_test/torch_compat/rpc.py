@@ -164,6 +164,8 @@ def _put_back(name: str, value: Any) -> None:
         os.environ.pop(name, None)
     else:
         os.environ[name] = value
+
+
 # Functions of torch's RPC helpers that make a default process group.
 _GROUP_MAKERS = {"initialize_pg", "init_process_group"}
 # Names that mean the code holds an RRef: rpc.remote, RRef, to_here, RemoteModule, anything named *rref*.
