@@ -60,6 +60,16 @@ def interpreter(fresh: bool = False) -> str:
     return sys.executable if fresh else zygote.python()
 
 
+def with_ctrl_c() -> None:
+    """``preexec_fn`` for a process a test sends Ctrl-C (SIGINT): as a terminal's foreground job has it.
+
+    A suite started with SIGINT ignored (a shell's background job, ``nohup``) passes that on to every process
+    it starts, and a Python started so ignores Ctrl-C for good."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run(args: Sequence[str], env: Optional[Dict[str, str]] = None, timeout: float = RUN_TIMEOUT,
         cwd: Optional[Path] = None, fresh: bool = False) -> subprocess.CompletedProcess:
     """Run a command to completion and return it with text output (a real process: the e2e tier).  A

@@ -128,7 +128,7 @@ def test_ranks_exit_when_the_controller_is_killed(tmp_path):
 
 
 def test_ctrl_c_stops_ranks_and_reports_what_ran(tmp_path):
-    proc, pids, tmpdir = start_hanging(tmp_path, start_new_session=True)
+    proc, pids, tmpdir = start_hanging(tmp_path, start_new_session=True, preexec_fn=helpers.with_ctrl_c)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_INTERRUPTED, err
@@ -162,7 +162,7 @@ def test_ctrl_c_during_a_rerun_keeps_the_failure_already_known(runner, cls, fail
                [helpers.interpreter(), "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_interrupted_bisect.py", "-k", cls])
     proc = subprocess.Popen(command, cwd=str(helpers.SCENARIOS),
                             env=helpers.scenario_env({"STAMP_DIR": str(tmp_path), **helpers.BISECT_ON}), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=helpers.with_ctrl_c)
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "rerun-started").exists() and time.monotonic() < deadline and proc.poll() is None:

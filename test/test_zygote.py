@@ -112,6 +112,16 @@ def test_signals_reach_the_child_and_a_killed_caller_takes_it_along(tmp_path):
         assert not helpers.running(child), f"the child outlived its caller (killed by {sig.name})"
 
 
+def test_ctrl_c_is_as_the_caller_had_it_not_as_the_zygote_has_it():
+    # An interpreter inherits an ignored SIGINT and keeps it; else Ctrl-C raises KeyboardInterrupt.
+    code = "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"
+    for ignored in (True, False):
+        sigint = signal.SIG_IGN if ignored else signal.SIG_DFL
+        proc = subprocess.run([helpers.interpreter(), "-c", code], env=helpers.scenario_env(), capture_output=True,
+                              text=True, timeout=60, preexec_fn=lambda s=sigint: signal.signal(signal.SIGINT, s))
+        assert proc.stdout.strip() == str(ignored), helpers.describe(proc)
+
+
 def test_the_zygote_survives_a_caller_that_leaves_before_it_asks():
     import socket
 

@@ -95,7 +95,8 @@ for name in os.listdir("/proc/self/fd"):
 if len(fds) > 250 or not {{0, 1, 2}} <= set(fds):
     conn.close()
     real()
-payload = ({{"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(), "fds": fds}})
+payload = ({{"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(), "fds": fds,
+            "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN}})
 import json
 data = json.dumps(payload).encode()
 conn.sendmsg([struct.pack("!I", len(data))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
@@ -294,7 +295,8 @@ class _Zygote:
         pid = os.fork()
         if pid == 0:
             self._become_child(conn, fds)
-            return {**spec, "env": request["env"], "cwd": request["cwd"], "fds": dict(zip(request["fds"], fds))}
+            return {**spec, "env": request["env"], "cwd": request["cwd"], "fds": dict(zip(request["fds"], fds)),
+                    "sigint_ignored": bool(request.get("sigint_ignored"))}
         for fd in fds:
             os.close(fd)
         self.children[pid] = conn
@@ -366,6 +368,9 @@ class _Zygote:
         for target, fd in high.items():
             os.dup2(fd, target)
             os.close(fd)
+        # Ctrl-C as the caller had it: an interpreter started with SIGINT ignored (a job a shell put in the
+        # background, nohup) keeps it ignored; else it raises KeyboardInterrupt.  Not the zygote's own.
+        signal.signal(signal.SIGINT, signal.SIG_IGN if spec["sigint_ignored"] else signal.default_int_handler)
         os.environ.clear()
         os.environ.update(spec["env"])
         os.chdir(spec["cwd"])
