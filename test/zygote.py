@@ -12,8 +12,8 @@ This module is two programs and the helpers' side of them:
   a Unix socket.  For each request it forks a child that becomes the process the
   request names, as the interpreter would have started it: ``python [-u] [-B]
   SCRIPT|-m MODULE|-c CODE args...`` with the caller's standard streams (passed as
-  file descriptors), environment, working directory, ``sys.argv``, ``sys.path``,
-  ``__main__``, and fresh random seeds.  It reports the child's pid, then its wait
+  file descriptors), environment, working directory, SIGINT ignored or not,
+  ``sys.argv``, ``sys.path``, ``__main__``, and fresh random seeds.  It reports the child's pid, then its wait
   status; when the caller dies, it kills the child.
 * **The shim** (:func:`python`), an executable file named ``python`` in a private
   directory.  A command line that names it runs as ``python`` would, through the
