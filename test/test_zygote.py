@@ -52,6 +52,29 @@ def test_a_script_ends_as_it_would_in_a_real_interpreter(program, how, tmp_path)
     assert "atexit ran" in real.stdout
 
 
+ENDING = """\
+import os, sys, threading, time
+log = open(sys.argv[1], "w")  # never closed: flushed as the interpreter's end deallocates it
+log.write("written, not flushed")
+threading.Thread(target=lambda: (time.sleep(0.3), print("thread ended", flush=True))).start()
+sys.exit("a message, not a number")
+"""
+
+
+def test_an_open_file_a_running_thread_and_an_exit_message_end_as_in_a_real_interpreter(tmp_path):
+    # A forked child skips the interpreter's teardown of modules (zygote._end): what that teardown would do
+    # that a program can see, it does itself.
+    (tmp_path / "ending.py").write_text(ENDING)
+    runs = []
+    for exe in (helpers.interpreter(), sys.executable):
+        log = tmp_path / f"{len(runs)}.log"
+        proc = subprocess.run([exe, "ending.py", str(log)], env=helpers.scenario_env(), cwd=tmp_path,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        runs.append((proc.returncode, proc.stdout, proc.stderr, log.read_text()))
+    assert runs[0] == runs[1]
+    assert runs[1] == (1, "thread ended\n", "a message, not a number\n", "written, not flushed")
+
+
 def test_modules_and_code_run_as_with_m_and_c(tmp_path):
     for args in (["-m", "json.tool", "--sort-keys"], ["-c", "import sys; print(sys.argv, repr(sys.path[0]))", "x"],
                  ["-u", "-B", "-c", "import sys; print(sys.dont_write_bytecode)"]):
