@@ -88,6 +88,12 @@ B = [
   ["test/test_spares.py", "-k", "test_next_tests_ranks_are_forked_ahead_and_nothing_outlives_the_class"]),
  ("recorder: the groups a test used never let go", "continuous_test/rank/recorder.py", "        self.groups.clear()\n", "",
   ["test/test_recorder.py::test_a_group_the_test_used_and_dropped_lives_until_the_next_test_begins"]),
+ # The suite's own tooling (test/zygote.py): a forked process must end and take Ctrl-C as a real one would.
+ ("zygote: open files not flushed at a child's end", "test/zygote.py", "                    obj.flush()", "                    pass",
+  ["test/test_zygote.py::test_an_open_file_a_running_thread_and_an_exit_message_end_as_in_a_real_interpreter"]),
+ ("zygote: a child keeps the zygote's SIGINT", "test/zygote.py",
+  '        signal.signal(signal.SIGINT, signal.SIG_IGN if spec["sigint_ignored"] else signal.default_int_handler)\n', "",
+  ["test/test_zygote.py::test_ctrl_c_is_as_the_caller_had_it_not_as_the_zygote_has_it"]),
 ]
 only = sys.argv[1:]
 results: list = []
