@@ -223,6 +223,20 @@ def test_leak_benchmark_reports_every_figure(tmp_path):
     assert raw["suite_cpu_us_off"] > 0 and raw["suite_cpu_us_restore"] > 0, raw
 
 
+@pytest.mark.e2e
+def test_rpc_floor_times_every_row_from_the_ranks_stamps(tmp_path):
+    out = tmp_path / "rpc_floor.json"
+    proc = helpers.run([sys.executable, str(ROOT / "benchmarks" / "rpc_floor.py"), "--tests", "3", "--json", str(out)],
+                       timeout=SMOKE_TIMEOUT)
+    assert proc.returncode == 0, helpers.describe(proc)
+    rows = json.loads(out.read_text())["rows"]
+    assert list(rows) == ["torch, warm processes", "torch, fresh processes", "ours, shared world", "ours, fresh ranks"]
+    for name, row in rows.items():
+        assert len(row["intervals"]) == 2 and 0 < row["min_s"] <= row["median_s"] <= row["max_s"], (name, row)
+        assert re.search(rf"^{re.escape(name)} +[\d.]+( +[+-][\d.]+ ms)?$", proc.stdout, re.M), helpers.describe(proc)
+    assert "fresh ranks beyond shared (ours):" in proc.stdout, helpers.describe(proc)
+
+
 def test_suite_profile_sums_each_file_and_bounds_the_run_by_its_cpu(tmp_path):
     # benchmarks/suite_profile.py's table: files by wall time, idle = wall - own - children's CPU,
     # and the CPU bound on this host's cores (benchmarks/README.rst quotes it).
