@@ -38,7 +38,7 @@ imports runs with ``fresh=True``: ``helpers.run``), and the zygote's hash seed. 
 its end: threads joined, ``atexit`` run, streams and open files flushed, as the
 interpreter's, but without the interpreter's teardown of every module (objects still
 referenced then are not deallocated), which would write every page the child
-inherited (:func:`_end`: 0.2 s of CPU a process).
+inherited (:func:`_end`; skipping it took the suite's busy CPU from 608-622 to 460-506 s).
 ``CT_ZYGOTE=0`` turns it off: every process is a fresh interpreter.
 """
 from __future__ import annotations
@@ -512,7 +512,7 @@ def _end(status: int) -> None:
     multiprocessing's and coverage's among them), standard streams flushed (a failed flush
     of stdout makes the status 120), and then every file object still open flushed, as
     its deallocation in the teardown would.  The teardown itself would drop every object
-    torch and the zygote made, writing each page it inherited: 0.2 s of CPU a process.
+    torch and the zygote made, writing each page it inherited (benchmarks/README.rst).
     """
     import atexit as atexit_module
     import gc
