@@ -53,7 +53,12 @@ def test_a_script_ends_as_it_would_in_a_real_interpreter(program, how, tmp_path)
 
 
 ENDING = """\
-import os, sys, threading, time
+import os, sys, threading, time, weakref
+class Gone:
+    pass
+gone = Gone()
+proxy = weakref.proxy(gone)  # a proxy to an object that no longer exists, still referenced at the end
+del gone
 log = open(sys.argv[1], "w")  # never closed: flushed as the interpreter's end deallocates it
 log.write("written, not flushed")
 threading.Thread(target=lambda: (time.sleep(0.3), print("thread ended", flush=True))).start()

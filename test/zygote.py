@@ -528,7 +528,8 @@ def _end(status: int) -> None:
         except Exception:
             status = 120 if stream in (sys.stdout, sys.__stdout__) else status
     for obj in gc.get_objects():  # the child's own objects: the zygote's are frozen
-        if isinstance(obj, (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)):
+        # type(), not isinstance(): a weak proxy whose object is gone raises on isinstance.
+        if issubclass(type(obj), (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)):
             try:
                 if not obj.closed:
                     obj.flush()
