@@ -134,13 +134,10 @@ def ours(tests: int, directory: str, stamps: str, fresh: bool) -> None:
 def per_test(stamps: str) -> Dict[str, object]:
     """Start-to-start seconds between consecutive tests, by each test's earliest rank start."""
     rows = [line.split() for line in Path(stamps).read_text().splitlines()]
-    starts = sorted(float(start) for rank, start, end in rows if rank == "0")
-    if len(rows) != WORLD * len(starts):
-        raise SystemExit(f"{len(rows)} stamps for {len(starts)} tests of {WORLD} ranks")
-    firsts = []
-    for i in range(len(starts)):  # each rank's i-th start, in order
-        by_rank = [sorted(float(s) for r, s, e in rows if r == str(rank)) for rank in range(WORLD)]
-        firsts.append(min(column[i] for column in by_rank))
+    by_rank = [sorted(float(start) for r, start, _ in rows if r == str(rank)) for rank in range(WORLD)]
+    if len({len(starts) for starts in by_rank}) != 1:
+        raise SystemExit(f"ranks stamped different numbers of tests: {[len(starts) for starts in by_rank]}")
+    firsts = [min(starts) for starts in zip(*by_rank)]  # each test's start on its earliest rank
     gaps = [b - a for a, b in zip(firsts, firsts[1:])]
     return {"median_s": statistics.median(gaps), "min_s": min(gaps), "max_s": max(gaps), "intervals": gaps}
 

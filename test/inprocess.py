@@ -142,7 +142,7 @@ def _run(args: List[str], argv: List[str], env: Dict[str, str], timeout: float, 
         try:
             code = body()
         except SystemExit as exc:
-            code = _exit_code(exc.code)
+            code = zygote.exit_status(exc.code)
         except Exception:  # as the interpreter ends on an uncaught exception: its traceback, exit code 1
             traceback.print_exc(file=sys.stderr)
             code = 1
@@ -151,15 +151,6 @@ def _run(args: List[str], argv: List[str], env: Dict[str, str], timeout: float, 
             _stop_worlds(template_before)
     stdout, stderr = output
     return subprocess.CompletedProcess(args, code, stdout, stderr)
-
-
-def _exit_code(code: object) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    sys.stderr.write(f"{code}\n")
-    return 1
 
 
 def _stop_worlds(template_before: Optional[int]) -> None:

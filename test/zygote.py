@@ -488,12 +488,14 @@ def _main(sock_path: str, shim: str) -> None:
     try:
         zygote.become(spec)  # the child's program
     except SystemExit as exc:
-        _end(_exit_status(exc.code))
+        _end(exit_status(exc.code))
     _end(0)
 
 
-def _exit_status(code: object) -> int:
-    """The exit status the interpreter makes of ``SystemExit(code)``: None is 0, an int itself, else printed and 1."""
+def exit_status(code: object) -> int:
+    """The exit status the interpreter makes of ``SystemExit(code)``: None is 0, an int itself (its low byte, as
+    the system keeps it), anything else printed to stderr and 1.  Also what an in-process run reports
+    (``inprocess``)."""
     if code is None:
         return 0
     if isinstance(code, int):

@@ -121,12 +121,9 @@ def run_case(case: Any) -> None:
 
 
 def _report(spec: RankSpec, send: Callable[[object], None], outcome: RankOutcome, code: int) -> int:
-    from continuous_test.rank import coverage as rank_coverage
     from continuous_test.rank import run as rank_run
 
-    rank_run.run_cleanup()  # the test's atexit handlers and finalizers: its process ends here
-    rank_run.flush_output()
-    rank_coverage.save_in_rank()
+    rank_run.before_exit()  # the test's atexit handlers and finalizers: its process ends here
     send(TestDone(spec.rank, 0, outcome, exit_code=code))
     return code
 

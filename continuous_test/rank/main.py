@@ -35,6 +35,7 @@ from continuous_test._role import RankContext
 from continuous_test.rank import coverage as rank_coverage, recorder
 from continuous_test.rank.run import (
     LIBC,
+    before_exit,
     flush_output,
     forget_default_group,
     forget_inherited_cleanup,
@@ -42,7 +43,6 @@ from continuous_test.rank.run import (
     import_test_class,
     loopback_interface,
     remember_default_group,
-    run_cleanup,
     run_one,
     set_world_size,
     template_cuda_initialized,
@@ -327,9 +327,7 @@ def _exit_stopped(channel: _Channel, spec: RankSpec) -> NoReturn:
     kernel to tear this process down (:meth:`continuous_test.controller.world.World.stop`).
     """
     try:
-        run_cleanup()
-        flush_output()
-        rank_coverage.save_in_rank()
+        before_exit()
         channel.send(Stopped(spec.rank, 0))
     except OSError:  # the controller is gone: nobody to tell
         pass

@@ -27,7 +27,7 @@ import torch
 
 import continuous_test
 from continuous_test import config
-from continuous_test.rank import leaks, recorder
+from continuous_test.rank import coverage as rank_coverage, leaks, recorder
 from continuous_test.rank.result import RankResult, take_expect_values
 from continuous_test.wire.env import ENV_TEMPLATE_PID
 from continuous_test.wire.messages import RankSpec, RunTest, shared_temp_dir
@@ -101,6 +101,16 @@ def run_cleanup() -> None:
     """
     atexit._run_exitfuncs()
     leaks.end_children_outside_group()
+
+
+def before_exit() -> None:
+    """A rank's normal end, before it reports it: :func:`run_cleanup`, its output flushed, its coverage saved.
+
+    The controller may kill the rank as soon as it has reported its end.
+    """
+    run_cleanup()
+    flush_output()
+    rank_coverage.save_in_rank()
 
 
 def import_test_class(module: str, qualname: str, module_file: Optional[str], method: Optional[str] = None) -> type:
